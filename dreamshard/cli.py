@@ -1,0 +1,213 @@
+"""The `dreamshard` command line: generate and inspect tables, make suites, place tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from dreamshard.errors import DreamshardError
+from dreamshard.planners import HEURISTIC_KEYS, PLANNERS, heuristic_keys, place
+from dreamshard.report import format_table
+from dreamshard.tables import BYTES_PER_WEIGHT, Table
+from dreamshard.tasks import GIB, Placement, PlacementTask, device_memory
+
+
+def _table_ids(text: str | None) -> list[int] | None:
+    """'0-9,20,30-31' -> [0..9, 20, 30, 31]."""
+    if not text:
+        return None
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            ids.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise DreamshardError(f"--table-ids {text!r}: use numbers and ranges like 0-9,20") from None
+    return ids
+
+
+def _load(args: argparse.Namespace) -> list[Table]:
+    from dreamshard.table_io import load_tables
+
+    return load_tables(args.tables, _table_ids(args.table_ids), args.dim or None)
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def cmd_tables_generate(args: argparse.Namespace) -> None:
+    from dreamshard.synthetic import generate_tables
+    from dreamshard.table_io import save_tables
+
+    tables = generate_tables(args.profile, args.num_tables, args.seed)
+    source = {"kind": "synthetic", "profile": args.profile, "seed": args.seed}
+    save_tables(tables, args.out, source)
+    print(f"wrote {len(tables)} {args.profile} tables (seed {args.seed}) to {args.out}")
+
+
+def cmd_tables_show(args: argparse.Namespace) -> None:
+    from dreamshard.summaries import tables_summary
+
+    print(tables_summary(_load(args), args.tables))
+
+
+def cmd_suite_make(args: argparse.Namespace) -> None:
+    from dreamshard.suites import make_suite, parse_suite_name, save_suite
+
+    spec = parse_suite_name(args.name, args.train_tasks, args.test_tasks)
+    suite = make_suite(spec)
+    save_suite(suite, args.out)
+    print(
+        f"wrote suite {spec.name}: {len(suite.train_tasks)} train and {len(suite.test_tasks)} "
+        f"test tasks of {spec.num_tables} tables on {spec.num_devices} devices to {args.out}"
+    )
+
+
+def cmd_suite_show(args: argparse.Namespace) -> None:
+    from dreamshard.summaries import suite_summary
+    from dreamshard.suites import load_suite, make_suite
+
+    suite = load_suite(args.suite) if args.suite.endswith(".json") else make_suite(args.suite)
+    print(suite_summary(suite))
+
+
+def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]:
+    """Per device: tables, memory used and cap share, and each heuristic key's sum."""
+    used = device_memory(task, placement)
+    keys = {name: heuristic_keys(task, name) for name in HEURISTIC_KEYS}
+    devices = np.asarray(placement.devices)
+    rows = []
+    for d in range(task.num_devices):
+        on = devices == d
+        row: list[object] = [d, int(on.sum()), used[d] / GIB, f"{used[d] / task.memory_cap_bytes:.0%}"]
+        row += [float(keys[name][on].sum()) for name in HEURISTIC_KEYS]
+        rows.append(row)
+    return rows
+
+
+def cmd_place(args: argparse.Namespace) -> None:
+    from dreamshard.plan import write_plan
+
+    tables = _load(args)
+    cap = int(args.mem_gb * GIB)
+    task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
+    start = time.perf_counter()
+    placement = place(task, args.method, args.seed)
+    elapsed = time.perf_counter() - start
+    headers = ["device", "tables", "memory GiB", "of cap"] + [
+        f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
+    ]
+    print(
+        f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
+        f"({args.precision}), planned in {elapsed * 1000:.1f} ms"
+    )
+    print(format_table(headers, device_rows(task, placement)))
+    print("key sums per device: dim, size = rows*dim, lookup = dim*pooling, size_lookup = lookup*log10(rows)")
+    if args.out:
+        write_plan(task, placement, args.out)
+        print(f"wrote {args.out}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from dreamshard.demo import run_demo
+
+    run_demo(args.suite, args.tasks)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line on stderr and exit code 2 (`--help` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dreamshard",
+        description="Place embedding tables on devices so that training runs fast (DreamShard).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tables = sub.add_parser("tables", help="generate or inspect embedding tables")
+    tsub = tables.add_subparsers(dest="tables_command", required=True, metavar="ACTION")
+    gen = tsub.add_parser("generate", help="make synthetic tables (their traces regenerate from the seed)")
+    gen.add_argument("--profile", choices=["dlrm", "cpu"], default="dlrm",
+                     help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)")
+    gen.add_argument("--num-tables", type=_positive(int), default=50, help="how many tables (default 50)")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--out", required=True, help="output file: .json (with trace seeds) or .csv (spec)")
+    gen.set_defaults(func=cmd_tables_generate)
+
+    show = tsub.add_parser("show", help="summarise a table file")
+    show.add_argument("tables", help="table file: .csv/.json spec, generated .json, or data-set .pt/.pt.gz")
+    _table_source_options(show)
+    show.set_defaults(func=cmd_tables_show)
+
+    suite = sub.add_parser("suite", help="make or inspect a task suite (train/test tasks)")
+    ssub = suite.add_subparsers(dest="suite_command", required=True, metavar="ACTION")
+    make = ssub.add_parser("make", help="build a named suite such as dlrm-50x4 and save it")
+    make.add_argument("name", help="<profile>-<tables>x<devices>, e.g. dlrm-50x4, cpu-100x8")
+    make.add_argument("--train-tasks", type=_positive(int), default=50, help="default 50")
+    make.add_argument("--test-tasks", type=_positive(int), default=50, help="default 50")
+    make.add_argument("--out", required=True, help="output .json file")
+    make.set_defaults(func=cmd_suite_make)
+    sshow = ssub.add_parser("show", help="summarise a suite (a saved .json or a suite name)")
+    sshow.add_argument("suite")
+    sshow.set_defaults(func=cmd_suite_show)
+
+    pl = sub.add_parser("place", help="place tables on devices and write the plan")
+    pl.add_argument("--tables", required=True, help="table file (.csv, .json, .pt, .pt.gz)")
+    pl.add_argument("--devices", type=_positive(int), required=True, help="number of devices")
+    pl.add_argument("--mem-gb", type=_positive(float), required=True,
+                    help="memory per device in GiB (units of 2^30 bytes)")
+    pl.add_argument("--method", choices=list(PLANNERS), default="size_lookup",
+                    help="planner (default size_lookup)")
+    pl.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), default="fp16",
+                    help="weight precision for memory (default fp16, as in the paper)")
+    pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
+    pl.add_argument("--out", help="write the plan JSON here")
+    _table_source_options(pl)
+    pl.set_defaults(func=cmd_place)
+
+    demo = sub.add_parser("demo", help="the main job: make a suite, place it with every planner, compare")
+    demo.add_argument("--suite", default="dlrm-50x4", help="suite name (default dlrm-50x4)")
+    demo.add_argument("--tasks", type=_positive(int), default=10, help="test tasks to place (default 10)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _table_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
+    parser.add_argument("--dim", type=int, default=16,
+                        help="data-set files only: embedding dim for every table (default 16; 0 draws from 4..128)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except DreamshardError as exc:
+        print(f"dreamshard: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dreamshard: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""The one exception type a user can cause, and its infeasibility flavour."""
+
+
+class DreamshardError(Exception):
+    """A problem the user can fix (bad file, impossible memory cap, unknown name).
+
+    The CLI prints its message as one line on stderr and exits with code 2.
+    """
+
+
+class InfeasibleError(DreamshardError):
+    """No legal placement exists (or none could be found) under the memory caps."""

@@ -1,0 +1,149 @@
+"""Memory-legal assignment: greedy by a planner's preference, backtracking only when stuck.
+
+Every planner here is "visit tables in some order, try devices in some preference order".
+The first path of the depth-first search is exactly the plain greedy placement; the search only
+backtracks when a table no longer fits anywhere, so planners never return an illegal placement
+and only report infeasibility when the search proves it (or gives up at its node limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from dreamshard.errors import InfeasibleError
+from dreamshard.tasks import GIB, PlacementTask
+
+# Preference: given the table index, the key load and the bytes used per device (for the tables
+# placed so far), the devices in the order to try.
+DevicePreference = Callable[[int, np.ndarray, np.ndarray], Sequence[int]]
+
+NODE_LIMIT = 200_000
+
+
+def check_capacity(task: PlacementTask) -> None:
+    """Raise InfeasibleError when the task cannot fit whatever the placement."""
+    sizes = task.table_bytes()
+    cap = task.memory_cap_bytes
+    largest = int(sizes.argmax())
+    if sizes[largest] > cap:
+        raise InfeasibleError(
+            f"table {task.tables[largest].name} needs {sizes[largest] / GIB:.3f} GiB, more than "
+            f"one device's {cap / GIB:.3f} GiB; raise the memory per device"
+        )
+    if sizes.sum() > cap * task.num_devices:
+        raise InfeasibleError(
+            f"the tables need {sizes.sum() / GIB:.3f} GiB in total, more than "
+            f"{task.num_devices} devices x {cap / GIB:.3f} GiB; add devices or memory"
+        )
+
+
+def search_assignment(
+    task: PlacementTask,
+    order: Sequence[int],
+    prefer: DevicePreference,
+    keys: np.ndarray | None = None,
+    node_limit: int = NODE_LIMIT,
+) -> tuple[list[int] | None, bool]:
+    """Depth-first assignment of tables (in `order`) to devices (in `prefer` order).
+
+    `keys[i]` is added to a device's load when table i goes there (what a greedy balances).
+
+    Returns (devices per table or None, exhausted). `exhausted` is True when the search ran
+    to the end, so None then proves no legal placement exists.
+    """
+    sizes = task.table_bytes()
+    cap = task.memory_cap_bytes
+    order = list(order)
+    # suffix[k]: bytes still to place after the first k tables of the order
+    suffix = np.concatenate([np.cumsum(sizes[order][::-1])[::-1], [0]])
+    keys = np.zeros(len(sizes)) if keys is None else np.asarray(keys, dtype=np.float64)
+    used = np.zeros(task.num_devices, dtype=np.int64)
+    load = np.zeros(task.num_devices)
+    assignment = [-1] * len(task.tables)
+    stack: list[list[int]] = []  # untried candidate devices per depth
+    nodes = 0
+
+    def candidates(depth: int) -> list[int]:
+        table = order[depth]
+        seen_used: set[int] = set()
+        result = []
+        for d in prefer(table, load, used):
+            room = used[d] + sizes[table] <= cap
+            # Two devices with equal bytes used lead to the same sub-problem for memory.
+            if room and int(used[d]) not in seen_used:
+                seen_used.add(int(used[d]))
+                result.append(int(d))
+        return result[::-1]  # pop() from the end tries the most preferred first
+
+    if suffix[0] > cap * task.num_devices:
+        return None, True
+    stack.append(candidates(0))
+    while stack:
+        depth = len(stack) - 1
+        table = order[depth]
+        if assignment[table] >= 0:  # undo the previous try at this depth
+            used[assignment[table]] -= sizes[table]
+            load[assignment[table]] -= keys[table]
+            assignment[table] = -1
+        if not stack[-1]:
+            stack.pop()
+            continue
+        nodes += 1
+        if nodes > node_limit:
+            return None, False
+        device = stack[-1].pop()
+        assignment[table] = device
+        used[device] += sizes[table]
+        load[device] += keys[table]
+        if depth + 1 == len(order):
+            return assignment, True
+        if suffix[depth + 1] <= cap * task.num_devices - used.sum():
+            stack.append(candidates(depth + 1))
+    return None, True
+
+
+def largest_first(task: PlacementTask) -> list[int]:
+    """Table indices by bytes, largest first (ties by index): the order that packs best."""
+    return sorted(range(len(task.tables)), key=lambda i: (-int(task.table_bytes()[i]), i))
+
+
+def least_used_first(_table: int, _load: np.ndarray, used: np.ndarray) -> Sequence[int]:
+    return np.argsort(used, kind="stable")
+
+
+def assign_within_memory(
+    task: PlacementTask,
+    order: Sequence[int],
+    prefer: DevicePreference,
+    method: str,
+    keys: np.ndarray | None = None,
+) -> list[int]:
+    """A legal assignment that follows the planner's preferences, or InfeasibleError.
+
+    Three tries, each a search that backtracks only when stuck: (1) the planner's own order,
+    briefly; (2) its device preference with tables taken largest first, which packs far more
+    easily; (3) pure packing (largest first, least-used device first), run long enough to
+    settle feasibility. The greedy result is (1) whenever memory does not get in its way.
+    """
+    check_capacity(task)
+    brief = 20 * len(task.tables)
+    tries = [(order, prefer, keys, brief), (largest_first(task), prefer, keys, brief)]
+    tries.append((largest_first(task), least_used_first, None, NODE_LIMIT))
+    for try_order, try_prefer, try_keys, limit in tries:
+        devices, exhausted = search_assignment(task, try_order, try_prefer, try_keys, limit)
+        if devices is not None:
+            return devices
+    sizes = task.table_bytes()
+    fill = sizes.sum() / (task.memory_cap_bytes * task.num_devices)
+    if exhausted:
+        raise InfeasibleError(
+            f"no legal placement exists: the tables ({fill:.0%} of total memory) cannot be split "
+            f"over {task.num_devices} devices of {task.memory_cap_bytes / GIB:.3f} GiB; "
+            "add devices or memory"
+        )
+    raise InfeasibleError(
+        f"{method}: no legal placement found within the search limit (tables fill {fill:.0%} of "
+        "total memory); add devices or memory"
+    )
