@@ -78,8 +78,8 @@ def cmd_suite_make(args: argparse.Namespace) -> None:
 
 
 def cmd_suite_show(args: argparse.Namespace) -> None:
-    from dreamshard.summaries import suite_summary
     from dreamshard.suites import load_suite, make_suite
+    from dreamshard.summaries import suite_summary
 
     suite = load_suite(args.suite) if args.suite.endswith(".json") else make_suite(args.suite)
     print(suite_summary(suite))
@@ -93,7 +93,12 @@ def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]
     rows = []
     for d in range(task.num_devices):
         on = devices == d
-        row: list[object] = [d, int(on.sum()), used[d] / GIB, f"{used[d] / task.memory_cap_bytes:.0%}"]
+        row: list[object] = [
+            d,
+            int(on.sum()),
+            used[d] / GIB,
+            f"{used[d] / task.memory_cap_bytes:.0%}",
+        ]
         row += [float(keys[name][on].sum()) for name in HEURISTIC_KEYS]
         rows.append(row)
     return rows
@@ -116,7 +121,10 @@ def cmd_place(args: argparse.Namespace) -> None:
         f"({args.precision}), planned in {elapsed * 1000:.1f} ms"
     )
     print(format_table(headers, device_rows(task, placement)))
-    print("key sums per device: dim, size = rows*dim, lookup = dim*pooling, size_lookup = lookup*log10(rows)")
+    print(
+        "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
+        "size_lookup = lookup*log10(rows)"
+    )
     if args.out:
         write_plan(task, placement, args.out)
         print(f"wrote {args.out}")
@@ -144,16 +152,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     tables = sub.add_parser("tables", help="generate or inspect embedding tables")
     tsub = tables.add_subparsers(dest="tables_command", required=True, metavar="ACTION")
-    gen = tsub.add_parser("generate", help="make synthetic tables (their traces regenerate from the seed)")
-    gen.add_argument("--profile", choices=["dlrm", "cpu"], default="dlrm",
-                     help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)")
-    gen.add_argument("--num-tables", type=_positive(int), default=50, help="how many tables (default 50)")
+    gen = tsub.add_parser(
+        "generate", help="make synthetic tables (their traces regenerate from the seed)"
+    )
+    gen.add_argument(
+        "--profile",
+        choices=["dlrm", "cpu"],
+        default="dlrm",
+        help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)",
+    )
+    gen.add_argument(
+        "--num-tables", type=_positive(int), default=50, help="how many tables (default 50)"
+    )
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    gen.add_argument("--out", required=True, help="output file: .json (with trace seeds) or .csv (spec)")
+    gen.add_argument(
+        "--out", required=True, help="output file: .json (with trace seeds) or .csv (spec)"
+    )
     gen.set_defaults(func=cmd_tables_generate)
 
     show = tsub.add_parser("show", help="summarise a table file")
-    show.add_argument("tables", help="table file: .csv/.json spec, generated .json, or data-set .pt/.pt.gz")
+    show.add_argument(
+        "tables", help="table file: .csv/.json spec, generated .json, or data-set .pt/.pt.gz"
+    )
     _table_source_options(show)
     show.set_defaults(func=cmd_tables_show)
 
@@ -172,28 +192,48 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("place", help="place tables on devices and write the plan")
     pl.add_argument("--tables", required=True, help="table file (.csv, .json, .pt, .pt.gz)")
     pl.add_argument("--devices", type=_positive(int), required=True, help="number of devices")
-    pl.add_argument("--mem-gb", type=_positive(float), required=True,
-                    help="memory per device in GiB (units of 2^30 bytes)")
-    pl.add_argument("--method", choices=list(PLANNERS), default="size_lookup",
-                    help="planner (default size_lookup)")
-    pl.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), default="fp16",
-                    help="weight precision for memory (default fp16, as in the paper)")
+    pl.add_argument(
+        "--mem-gb",
+        type=_positive(float),
+        required=True,
+        help="memory per device in GiB (units of 2^30 bytes)",
+    )
+    pl.add_argument(
+        "--method",
+        choices=list(PLANNERS),
+        default="size_lookup",
+        help="planner (default size_lookup)",
+    )
+    pl.add_argument(
+        "--precision",
+        choices=list(BYTES_PER_WEIGHT),
+        default="fp16",
+        help="weight precision for memory (default fp16, as in the paper)",
+    )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument("--out", help="write the plan JSON here")
     _table_source_options(pl)
     pl.set_defaults(func=cmd_place)
 
-    demo = sub.add_parser("demo", help="the main job: make a suite, place it with every planner, compare")
+    demo = sub.add_parser(
+        "demo", help="the main job: make a suite, place it with every planner, compare"
+    )
     demo.add_argument("--suite", default="dlrm-50x4", help="suite name (default dlrm-50x4)")
-    demo.add_argument("--tasks", type=_positive(int), default=10, help="test tasks to place (default 10)")
+    demo.add_argument(
+        "--tasks", type=_positive(int), default=10, help="test tasks to place (default 10)"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
 
 def _table_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
-    parser.add_argument("--dim", type=int, default=16,
-                        help="data-set files only: embedding dim for every table (default 16; 0 draws from 4..128)")
+    parser.add_argument(
+        "--dim",
+        type=int,
+        default=16,
+        help="data-set files only: embedding dim for every table (default 16; 0 draws from 4..128)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,10 +33,20 @@ def run_demo(suite_name: str, num_tasks: int) -> None:
             load = np.bincount(devices, weights=keys, minlength=task.num_devices)
             lookups.append(imbalance(load))
             fills.append(device_memory(task, placement).max() / task.memory_cap_bytes)
-        rows.append([method, float(np.mean(lookups)), float(np.max(lookups)),
-                     float(np.max(fills)), float(np.mean(times) * 1000)])
-    print(format_table(
-        ["planner", "lookup imbalance (mean)", "(worst)", "max memory fill", "ms per task"], rows
-    ))
+        rows.append(
+            [
+                method,
+                float(np.mean(lookups)),
+                float(np.max(lookups)),
+                float(np.max(fills)),
+                float(np.mean(times) * 1000),
+            ]
+        )
+    print(
+        format_table(
+            ["planner", "lookup imbalance (mean)", "(worst)", "max memory fill", "ms per task"],
+            rows,
+        )
+    )
     print("lookup imbalance: the busiest device's sum of dim*pooling over the mean (1.0 = even);")
     print("a proxy for compute until placements are measured. Every placement is memory-legal.")

@@ -30,7 +30,9 @@ def _load(path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
         raise DreamshardError(f"cannot read data-set file {path}: {exc}") from None
     if not (isinstance(data, (tuple, list)) and len(data) == 3):
-        raise DreamshardError(f"{path} is not a DLRM data-set file: expected (indices, offsets, lengths)")
+        raise DreamshardError(
+            f"{path} is not a DLRM data-set file: expected (indices, offsets, lengths)"
+        )
     indices, offsets, lengths = data
     if lengths.dim() != 2 or offsets.numel() != lengths.numel() + 1:
         raise DreamshardError(f"{path}: offsets and lengths disagree in shape")
@@ -66,7 +68,9 @@ def load_dataset_tables(
         table_indices, bag_offsets = _table_trace(indices, offsets, batch_size, t)
         table_dim = dim if dim is not None else pick.choice(DIMS)
         ref = TraceRef("dlrm", t, batch_size, path=str(path.resolve()))
-        tables.append(table_from_trace(f"d{t:04d}", table_indices, bag_offsets, table_dim, trace=ref))
+        tables.append(
+            table_from_trace(f"d{t:04d}", table_indices, bag_offsets, table_dim, trace=ref)
+        )
     return tables
 
 

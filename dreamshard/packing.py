@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dreamshard.errors import InfeasibleError
-from dreamshard.tasks import GIB, PlacementTask
+from dreamshard.report import format_bytes
+from dreamshard.tasks import PlacementTask
 
 # Preference: given the table index, the key load and the bytes used per device (for the tables
 # placed so far), the devices in the order to try.
@@ -29,13 +30,13 @@ def check_capacity(task: PlacementTask) -> None:
     largest = int(sizes.argmax())
     if sizes[largest] > cap:
         raise InfeasibleError(
-            f"table {task.tables[largest].name} needs {sizes[largest] / GIB:.3f} GiB, more than "
-            f"one device's {cap / GIB:.3f} GiB; raise the memory per device"
+            f"table {task.tables[largest].name} needs {format_bytes(sizes[largest])}, more than "
+            f"one device's {format_bytes(cap)}; raise the memory per device"
         )
     if sizes.sum() > cap * task.num_devices:
         raise InfeasibleError(
-            f"the tables need {sizes.sum() / GIB:.3f} GiB in total, more than "
-            f"{task.num_devices} devices x {cap / GIB:.3f} GiB; add devices or memory"
+            f"the tables need {format_bytes(sizes.sum())} in total, more than "
+            f"{task.num_devices} devices x {format_bytes(cap)}; add devices or memory"
         )
 
 
@@ -140,7 +141,7 @@ def assign_within_memory(
     if exhausted:
         raise InfeasibleError(
             f"no legal placement exists: the tables ({fill:.0%} of total memory) cannot be split "
-            f"over {task.num_devices} devices of {task.memory_cap_bytes / GIB:.3f} GiB; "
+            f"over {task.num_devices} devices of {format_bytes(task.memory_cap_bytes)}; "
             "add devices or memory"
         )
     raise InfeasibleError(

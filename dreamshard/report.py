@@ -9,7 +9,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [all(_is_number(row[i]) for row in rows) if rows else False for i in range(len(headers))]
+    numeric = [
+        all(_is_number(row[i]) for row in rows) if rows else False for i in range(len(headers))
+    ]
 
     def line(row: list[str]) -> str:
         parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)]
@@ -29,3 +31,11 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number at or above 1 (1.5 GiB, 62.5 KiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}" if n / scale < 100 else f"{n / scale:,.0f} {unit}"
+    return f"{n:.0f} B"

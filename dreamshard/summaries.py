@@ -28,7 +28,7 @@ def tables_summary(tables: Sequence[Table], source: str = "") -> str:
         f"{len(tables)} tables" + (f" from {source}" if source else ""),
         f"  memory      {fp16:.3f} GiB in fp16, {fp32:.3f} GiB in fp32",
         f"  rows        {_quantiles(rows, ',.0f')}",
-        f"  dims        " + ", ".join(f"{d}: {n}" for d, n in sorted(dims.items())),
+        "  dims        " + ", ".join(f"{d}: {n}" for d, n in sorted(dims.items())),
         f"  pooling     mean {pooling.mean():.2f}; {_quantiles(pooling, '.2f')}",
         "  histogram   mean fraction of unique rows accessed once, 2, 3-4, 5-8, ... times:",
         "              " + " ".join(f"{h:.3f}" for h in hist[:11]) + " ...",

@@ -73,8 +73,9 @@ def draw_table(profile: Profile, seed: int, index: int) -> TableDraw:
     rows = int(np.clip(rng.lognormal(np.log(200_000), 1.8), 100, 40_000_000))
     dim = int(rng.choice(DIMS, p=DIM_WEIGHTS))
     one_hot = bool(rng.random() < 0.15)
-    pooling = 1.0 if one_hot else float(np.clip(rng.lognormal(np.log(9.5), 1.3), 1.0, 500.0))
-    alpha = float(rng.uniform(0.5, 0.8))
+    pooling = 1.0 if one_hot else float(np.clip(rng.lognormal(np.log(8.8), 1.3), 1.0, 500.0))
+    hot = rng.random() < 0.15  # a few tables with a very hot head, as in the data set
+    alpha = float(rng.uniform(0.9, 1.15) if hot else rng.uniform(0.5, 0.8))
     rows = max(100, min(rows // profile.row_scale, profile.max_rows))
     return TableDraw(rows=rows, dim=dim, pooling_factor=pooling, alpha=alpha, one_hot=one_hot)
 

@@ -159,7 +159,9 @@ def save_tables(tables: Sequence[Table], path: str | Path, source: dict | None =
         writer = csv.writer(out)
         writer.writerow(REQUIRED_COLUMNS + BIN_COLUMNS)
         for t in tables:
-            writer.writerow([t.name, t.rows, t.dim, repr(t.pooling_factor), *map(repr, t.histogram)])
+            writer.writerow(
+                [t.name, t.rows, t.dim, repr(t.pooling_factor), *map(repr, t.histogram)]
+            )
         write_text_atomic(path, out.getvalue())
     else:
         data = {"format": TABLES_FORMAT, "version": 1, "source": source or {}}

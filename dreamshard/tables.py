@@ -17,8 +17,18 @@ MIN_ROWS_FROM_TRACE = 100  # DreamShard floors rows taken from a trace (max inde
 # (locality_stats.txt, see docs/tables.md). Used when a table spec gives no histogram.
 # "Beyond 512 below 0.001" is put in bin 10, (512, 1024], so that the fractions sum to 1.
 DEFAULT_HISTOGRAM: tuple[float, ...] = (
-    (0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001, 0.001) + (0.0,) * 6
-)
+    0.473,
+    0.152,
+    0.139,
+    0.112,
+    0.072,
+    0.032,
+    0.011,
+    0.005,
+    0.002,
+    0.001,
+    0.001,
+) + (0.0,) * 6
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamshard.errors import DreamshardError
+from dreamshard.report import format_bytes
 from dreamshard.tables import BYTES_PER_WEIGHT, Table, validate_table
 
 GIB = 2**30
@@ -30,7 +31,9 @@ class PlacementTask:
         if self.num_devices <= 0:
             raise DreamshardError(f"devices must be positive, got {self.num_devices}")
         if self.memory_cap_bytes <= 0:
-            raise DreamshardError(f"memory per device must be positive, got {self.memory_cap_bytes}")
+            raise DreamshardError(
+                f"memory per device must be positive, got {self.memory_cap_bytes}"
+            )
         if self.precision not in BYTES_PER_WEIGHT:
             raise DreamshardError(
                 f"unknown precision {self.precision!r}; choose one of {', '.join(BYTES_PER_WEIGHT)}"
@@ -81,8 +84,8 @@ def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
     if over.size:
         d = int(over[0])
         return (
-            f"device {d} needs {used[d] / GIB:.3f} GiB, over its cap of "
-            f"{task.memory_cap_bytes / GIB:.3f} GiB"
+            f"device {d} needs {format_bytes(used[d])}, over its cap of "
+            f"{format_bytes(task.memory_cap_bytes)}"
         )
     return None
 

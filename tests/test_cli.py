@@ -1,0 +1,146 @@
+"""The real `dreamshard` console script, good input and bad."""
+
+import json
+
+import pytest
+
+from dreamshard.plan import placement_from_plan, read_plan
+from dreamshard.table_io import load_tables
+from dreamshard.tasks import PlacementTask, is_legal
+
+
+def test_help_explains_the_commands(cli):
+    result = cli("--help")
+    assert result.returncode == 0
+    for command in ("tables", "suite", "place", "demo"):
+        assert command in result.stdout
+    assert "--mem-gb" in cli("place", "--help").stdout
+
+
+def test_generate_show_place(cli, tmp_path):
+    tables = tmp_path / "tables.json"
+    result = cli(
+        "tables",
+        "generate",
+        "--profile",
+        "cpu",
+        "--num-tables",
+        "30",
+        "--seed",
+        "2",
+        "--out",
+        str(tables),
+    )
+    assert result.returncode == 0, result.stderr
+    shown = cli("tables", "show", str(tables))
+    assert shown.returncode == 0 and "30 tables" in shown.stdout and "pooling" in shown.stdout
+
+    plan_path = tmp_path / "plan.json"
+    result = cli(
+        "place",
+        "--tables",
+        str(tables),
+        "--devices",
+        "4",
+        "--mem-gb",
+        "1",
+        "--method",
+        "lookup",
+        "--out",
+        str(plan_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "memory GiB" in result.stdout and "lookup*" in result.stdout
+    plan = json.loads(plan_path.read_text())
+    assert plan["method"] == "lookup" and plan["num_devices"] == 4
+    assert plan["memory_cap_bytes"] == 2**30
+    assert sorted(plan["placement"]) == [f"t{i:04d}" for i in range(30)]
+    assert sum(len(d["tables"]) for d in plan["devices"]) == 30
+    assert all(d["memory_bytes"] <= 2**30 for d in plan["devices"])
+    task = PlacementTask(tuple(load_tables(tables)), 4, 2**30, "fp16")
+    assert is_legal(task, placement_from_plan(task, read_plan(plan_path)))
+
+
+def test_place_from_csv_spec_with_fp32(cli, tmp_path):
+    spec = tmp_path / "spec.csv"
+    spec.write_text("name,rows,dim,pooling_factor\na,1000000,64,10\nb,500000,32,3\nc,10,4,1\n")
+    plan_path = tmp_path / "plan.json"
+    result = cli(
+        "place",
+        "--tables",
+        str(spec),
+        "--devices",
+        "2",
+        "--mem-gb",
+        "0.25",
+        "--precision",
+        "fp32",
+        "--out",
+        str(plan_path),
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(plan_path.read_text())
+    assert plan["precision"] == "fp32"
+    assert plan["devices"][plan["placement"]["a"]]["memory_bytes"] >= 1_000_000 * 64 * 4
+
+
+def test_suite_make_and_show(cli, tmp_path):
+    out = tmp_path / "suite.json"
+    result = cli(
+        "suite", "make", "cpu-20x2", "--train-tasks", "3", "--test-tasks", "2", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    shown = cli("suite", "show", str(out))
+    assert "3 tasks" in shown.stdout and "2 tasks" in shown.stdout
+
+
+def test_demo_runs_every_planner(cli):
+    result = cli("demo", "--tasks", "3")
+    assert result.returncode == 0, result.stderr
+    for method in ("random", "dim", "size", "lookup", "size_lookup"):
+        assert method in result.stdout
+
+
+GOOD = "name,rows,dim,pooling_factor\na,2000,16,2\nb,2000,16,4\nc,2000,16,1\n"  # 62.5 KiB each
+
+
+@pytest.mark.parametrize(
+    "content, args, words",
+    [
+        (None, [], "does not exist"),
+        ("name,rows,dim\na,10,4\n", [], "missing column pooling_factor"),
+        ("name,rows,dim,pooling_factor\na,abc,4,1\n", [], "is not a number"),
+        ("name,rows,dim,pooling_factor\na,0,4,1\n", [], "rows must be positive"),
+        ("name,rows,dim,pooling_factor\na,10,4,-2\n", [], "pooling_factor must be positive"),
+        ("name,rows,dim,pooling_factor\na,10,6,1\n", [], "multiple of 4"),
+        (GOOD, ["--devices", "0"], "must be positive"),
+        (GOOD, ["--devices", "-3"], "must be positive"),
+        (GOOD, ["--mem-gb", "0"], "must be positive"),
+        (GOOD, ["--mem-gb", "-1"], "must be positive"),
+        (GOOD, ["--devices", "2", "--mem-gb", "0.00007"], "in total"),
+        ("name,rows,dim,pooling_factor\na,100000000,128,1\nb,10,4,1\n", [], "more than one device"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_plan(cli, tmp_path, content, args, words):
+    spec = tmp_path / "spec.csv"
+    if content is not None:
+        spec.write_text(content)
+    plan = tmp_path / "plan.json"
+    base = {"--devices": "4", "--mem-gb": "1"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    flags = [x for pair in base.items() for x in pair]
+    result = cli("place", "--tables", str(spec), *flags, "--out", str(plan))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not plan.exists() and list(tmp_path.iterdir()) == ([spec] if content else [])
+
+
+def test_unreadable_file(cli, tmp_path):
+    folder = tmp_path / "spec.csv"
+    folder.mkdir()  # a folder where a file should be: unreadable as a file
+    result = cli("place", "--tables", str(folder), "--devices", "2", "--mem-gb", "1")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "cannot read" in result.stderr
