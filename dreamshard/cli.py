@@ -30,7 +30,7 @@ def _table_ids(text: str | None) -> list[int] | None:
     return ids
 
 
-def _load(args: argparse.Namespace) -> list[Table]:
+def load_table_source(args: argparse.Namespace) -> list[Table]:
     from dreamshard.table_io import load_tables
 
     return load_tables(args.tables, _table_ids(args.table_ids), args.dim or None)
@@ -62,7 +62,7 @@ def cmd_tables_generate(args: argparse.Namespace) -> None:
 def cmd_tables_show(args: argparse.Namespace) -> None:
     from dreamshard.summaries import tables_summary
 
-    print(tables_summary(_load(args), args.tables))
+    print(tables_summary(load_table_source(args), args.tables))
 
 
 def cmd_suite_make(args: argparse.Namespace) -> None:
@@ -107,7 +107,7 @@ def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]
 def cmd_place(args: argparse.Namespace) -> None:
     from dreamshard.plan import write_plan
 
-    tables = _load(args)
+    tables = load_table_source(args)
     cap = int(args.mem_gb * GIB)
     task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
     start = time.perf_counter()
@@ -214,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", help="write the plan JSON here")
     _table_source_options(pl)
     pl.set_defaults(func=cmd_place)
+
+    from dreamshard.cli_costs import add_cost_commands
+
+    add_cost_commands(sub, _table_source_options)
 
     demo = sub.add_parser(
         "demo", help="the main job: make a suite, place it with every planner, compare"

@@ -1,0 +1,114 @@
+"""Collecting measurements: placements of a suite's training tasks, measured and appended.
+
+The list of placements is a pure function of (suite, count, mix), so a re-run after a crash
+walks the same list and skips every one whose measurement is already stored.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from dreamshard.costs import CostBackend
+from dreamshard.dataset import CostDataset, measurement_key
+from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.planners import HEURISTIC_KEYS, place
+from dreamshard.suites import Suite
+from dreamshard.tasks import Placement, PlacementTask
+
+MIXES = {
+    "random": ("random",),
+    "heuristic": tuple(HEURISTIC_KEYS),
+    "mixed": ("random", *HEURISTIC_KEYS),
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    task: PlacementTask
+    placement: Placement
+    round: int = 0
+
+
+def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Job]:
+    """`count` placements: task i % T, planners cycling through the mix, random seeds i."""
+    if mix not in MIXES:
+        raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
+    methods = MIXES[mix]
+    tasks = suite.train_tasks
+    for i in range(count):
+        task = tasks[i % len(tasks)]
+        method = methods[(i // len(tasks)) % len(methods)]
+        try:
+            yield Job(task, place(task, method, seed=i))
+        except InfeasibleError:
+            continue
+
+
+class Progress:
+    """One status line per step on stderr: count, percentage, elapsed and ETA."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.start, self.done = total, label, time.monotonic(), 0
+        self.tty = sys.stderr.isatty()
+
+    def step(self, note: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        line = (
+            f"{self.label} [{self.done}/{self.total}] {self.done / self.total:4.0%} "
+            f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}"
+        )
+        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+@dataclass
+class CollectSummary:
+    measured: int = 0
+    skipped: int = 0
+    errors: int = 0
+
+
+def collect(
+    jobs: list[Job], backend: CostBackend, dataset: CostDataset, suite_name: str = ""
+) -> CollectSummary:
+    """Measure every job not yet stored; a failed measurement becomes an error record."""
+    config = backend.config()
+    summary = CollectSummary()
+    todo = []
+    for job in jobs:
+        key = measurement_key(job.task, job.placement, config, job.round)
+        if dataset.has(key):
+            summary.skipped += 1
+        else:
+            todo.append((key, job))
+    progress = Progress(len(todo), f"measuring on {backend.name}")
+    for key, job in todo:
+        try:
+            cost = backend.measure(job.task, job.placement)
+        except DreamshardError as exc:
+            # an error record gets its own key, so the next run measures this placement again
+            error_key = f"{key}:error:{time.time_ns()}"
+            dataset.append(error_key, job.task, job.placement, None, config, suite_name,
+                           job.round, error=str(exc))  # fmt: skip
+            summary.errors += 1
+            progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+            continue
+        dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
+        summary.measured += 1
+        progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
+    progress.close()
+    return summary

@@ -1,0 +1,74 @@
+"""A bandwidth-and-latency model of the all-to-all of pooled embeddings, per topology.
+
+In model-parallel DLRM training each device computes pooled embeddings [B, w_d] for the whole
+global batch B over its tables (w_d = the sum of their dims), then an all-to-all sends every
+other device its B/D rows and receives the B/D rows of its own samples from every other device:
+
+    send_d = B * w_d * (D - 1) / D * bytes     recv_d = B / D * (W - w_d) * bytes   (W = sum w)
+    transfer_d = latency * (D - 1) + max(send_d, recv_d) / bandwidth
+
+Forward communication (DreamShard's definition) also absorbs the wait for the slowest device:
+    fwd_comm_d = (max_e fwd_comp_e - fwd_comp_d) + transfer_d
+Backward communication sends the gradients of the same tensors back: bwd_comm_d = transfer_d.
+On one device there is nothing to exchange. Pooled embeddings travel in fp32 (4 bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dreamshard.errors import DreamshardError
+
+POOLED_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    bandwidth_gbps: float  # GB/s each device sustains in the all-to-all
+    latency_ms: float  # per peer message
+    description: str
+
+
+TOPOLOGIES = {
+    t.name: t
+    for t in (
+        Topology("nvlink", 150.0, 0.015, "one host, GPUs on NVLink (H100/H200 class)"),
+        Topology("pcie", 20.0, 0.025, "one host, GPUs talking over PCIe"),
+        Topology("network", 10.0, 0.050, "several hosts, one 100 Gb/s NIC per GPU"),
+        # Measured on this 2-core CPU host, 2026-11-29: gloo all_to_all_single between 2 and 4
+        # processes (benchmarks/gloo_alltoall.py): ~0.35 ms per peer, ~0.7 GB/s sent.
+        Topology("cpu-gloo", 0.7, 0.35, "this CPU host: gloo between processes"),
+    )
+}
+
+
+def get_topology(name: str) -> Topology:
+    if name not in TOPOLOGIES:
+        raise DreamshardError(f"unknown topology {name!r}; choose one of {', '.join(TOPOLOGIES)}")
+    return TOPOLOGIES[name]
+
+
+def transfer_ms(widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
+    """Each device's all-to-all time for pooled widths `widths` (one entry per device)."""
+    widths = np.asarray(widths, dtype=np.float64)
+    d = len(widths)
+    if d <= 1:
+        return np.zeros(d)
+    send = batch_size * widths * (d - 1) / d * POOLED_BYTES
+    recv = batch_size / d * (widths.sum() - widths) * POOLED_BYTES
+    seconds = np.maximum(send, recv) / (topology.bandwidth_gbps * 1e9)
+    return topology.latency_ms * (d - 1) + seconds * 1000.0
+
+
+def modeled_comm(
+    widths: np.ndarray, fwd_comp_ms: np.ndarray, batch_size: int, topology: Topology
+) -> tuple[np.ndarray, np.ndarray]:
+    """(fwd_comm, bwd_comm) per device in ms under the topology model."""
+    transfer = transfer_ms(widths, batch_size, topology)
+    if len(transfer) <= 1:
+        return transfer, transfer
+    wait = np.max(fwd_comp_ms) - np.asarray(fwd_comp_ms, dtype=np.float64)
+    return wait + transfer, transfer
