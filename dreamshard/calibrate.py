@@ -9,7 +9,13 @@ import numpy as np
 
 from dreamshard.dataset import CostDataset, record_costs, record_task
 from dreamshard.errors import DreamshardError
-from dreamshard.simulated import DEFAULT_BATCH, SimulatedModel, fit_model, group_features
+from dreamshard.simulated import (
+    DEFAULT_BATCH,
+    GROUP_FEATURES,
+    SimulatedModel,
+    fit_model,
+    group_features,
+)
 from dreamshard.traces import table_batch_size
 
 
@@ -33,7 +39,7 @@ def measured_groups(dataset: CostDataset) -> tuple[np.ndarray, np.ndarray, np.nd
 def calibrate(dataset: CostDataset, holdout: float = 0.2, seed: int = 0) -> SimulatedModel:
     """Fit on all measured groups; report in-sample and held-out (by record) errors."""
     features, fwd, bwd, ids = measured_groups(dataset)
-    if len(features) < 2 * len(features[0] if len(features) else [0] * 7):
+    if len(features) < 2 * len(GROUP_FEATURES):
         raise DreamshardError(
             f"only {len(features)} measured device groups in {dataset.path}; collect more with "
             "`dreamshard collect --backend fbgemm` first"

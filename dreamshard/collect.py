@@ -88,15 +88,15 @@ def collect(
     """Measure every job not yet stored; a failed measurement becomes an error record."""
     config = backend.config()
     summary = CollectSummary()
-    todo = []
+    todo: dict[str, Job] = {}  # two planners may propose the same placement: measure it once
     for job in jobs:
         key = measurement_key(job.task, job.placement, config, job.round)
         if dataset.has(key):
             summary.skipped += 1
         else:
-            todo.append((key, job))
+            todo.setdefault(key, job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
-    for key, job in todo:
+    for key, job in todo.items():
         try:
             cost = backend.measure(job.task, job.placement)
         except DreamshardError as exc:

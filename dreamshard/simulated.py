@@ -4,9 +4,11 @@ Each device's fused-kernel time (forward, and backward with the optimizer update
 non-negative combination of group features with the non-additive shape of the real kernel:
 
     per-call overhead (paid once per fused kernel, so fusion saves it)
-    + per-table overhead + lookup volume (B * pooling * dim) + touched rows (unique rows * dim)
-    + output width (B * sum of dims) + lookups x width (a group's cost grows faster than its parts)
-    + working set beyond the cache (groups that overflow the last-level cache cost more)
+    + per-table overhead + lookups (B * pooling) + lookup volume (B * pooling * dim)
+    + touched rows (unique rows * dim) + output width (B * sum of dims)
+    + lookups x width (a group's cost grows faster than the sum of its parts)
+    + lookup volume that misses the last-level cache: volume * (1 - cache / working set),
+      so groups whose working set overflows the cache cost more
 
 Communication comes from the same topology model as the in-process fbgemm backend.
 `dreamshard calibrate` fits the weights to the measurements in the cost dataset and writes
@@ -33,7 +35,7 @@ from dreamshard.tasks import Placement, PlacementTask, check_legal
 from dreamshard.traces import expected_unique_rows, table_batch_size
 
 GROUP_FEATURES = (
-    "call", "tables", "lookups", "touched", "width", "lookups_x_width", "overflow",
+    "call", "tables", "lookups", "volume", "touched", "width", "lookups_x_width", "overflow",
 )  # fmt: skip
 CACHE_BYTES = 32 * 2**20
 DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
@@ -48,10 +50,10 @@ def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:
     volume = sum(batch_size * t.pooling_factor * t.dim for t in tables)
     touched = sum(expected_unique_rows(t, batch_size) * t.dim for t in tables)
     width = batch_size * sum(t.dim for t in tables)
-    overflow = max(0.0, 4 * touched + 4 * width - CACHE_BYTES)
-    return np.array(
-        [1.0, len(tables), volume, touched, width, lookups * sum(t.dim for t in tables), overflow]
-    )
+    working_set = 4 * (touched + width)  # fp32 rows touched, and the pooled output
+    miss = max(0.0, 1.0 - CACHE_BYTES / working_set)
+    cross = lookups * sum(t.dim for t in tables)
+    return np.array([1.0, len(tables), lookups, volume, touched, width, cross, volume * miss])
 
 
 @dataclass

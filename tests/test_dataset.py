@@ -1,0 +1,92 @@
+"""The cost dataset and the collector: append-only, resumable, crash-safe."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from dreamshard.collect import collect, collection_jobs
+from dreamshard.dataset import CostDataset, record_costs, record_task
+from dreamshard.fbgemm_backend import FbgemmBackend
+from dreamshard.suites import make_suite, parse_suite_name
+from gpu_tasks.tbe import TimingConfig
+from tests.conftest import SCRIPT
+
+FAST = TimingConfig(warmup=1, iterations=2)
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return make_suite(parse_suite_name("cpu-12x2", num_train_tasks=3, num_test_tasks=1))
+
+
+def test_records_round_trip_and_pandas_reads_them(suite, tmp_path):
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    jobs = list(collection_jobs(suite, 4))
+    summary = collect(jobs, FbgemmBackend(timing=FAST), dataset, "cpu-12x2")
+    assert (summary.measured, summary.skipped, summary.errors) == (4, 0, 0)
+    frame = dataset.to_frame()
+    assert len(frame) == 4 and set(frame["status"]) == {"ok"}
+    assert set(frame["comm"]) == {"modeled"} and set(frame["backend"]) == {"fbgemm"}
+    assert frame["hardware"].str.len().min() > 0 and "torch" in frame["versions"][0]
+    row = dataset.rows()[0]
+    task, placement = record_task(row)
+    assert task == jobs[0].task and placement.devices == jobs[0].placement.devices
+    costs = record_costs(row)
+    assert row["overall"] == pytest.approx(max(sum(list(c.values())[:4]) for c in costs))
+
+
+def test_rerun_skips_what_is_stored(suite, tmp_path):
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    backend = FbgemmBackend(timing=FAST)
+    collect(list(collection_jobs(suite, 3)), backend, dataset)
+    summary = collect(list(collection_jobs(suite, 5)), backend, dataset)
+    assert (summary.measured, summary.skipped) == (2, 3)
+    assert len(dataset) == 5
+
+
+def test_failed_measurements_become_error_records_and_are_retried_later(suite, tmp_path):
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    broken = FbgemmBackend(timing=TimingConfig(optimizer="ADAM", iterations=1), retries=0)
+    jobs = list(collection_jobs(suite, 2))
+    summary = collect(jobs, broken, dataset)
+    assert summary.errors == 2 and len(dataset.rows(status="error")) == 2
+    assert "device" in dataset.rows(status="error")[0]["error"]
+    again = collect(jobs, broken, dataset)
+    assert again.skipped == 0  # errors are not taken as stored measurements
+
+
+def test_killed_collector_resumes_without_duplicates(tmp_path):
+    path = tmp_path / "costs.sqlite"
+    command = [str(SCRIPT), "collect", "--suite", "cpu-12x2", "--placements", "8",
+               "--train-tasks", "4", "--iterations", "2", "--dataset", str(path)]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    stored = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if path.exists():
+            try:
+                with sqlite3.connect(path, timeout=5) as db:
+                    stored = db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue  # the table is not created yet
+        if stored >= 2:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=30)
+    assert 2 <= stored < 8, "the collector should have been killed mid-run"
+    with sqlite3.connect(path) as db:
+        before = db.execute("SELECT key, overall FROM measurements").fetchall()
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert f"{len(before)} already stored" in result.stdout
+    with sqlite3.connect(path) as db:
+        after = db.execute("SELECT key, overall FROM measurements").fetchall()
+    assert len(after) == 8 == len({key for key, _ in after})
+    assert set(before) <= set(after)  # what was stored is untouched
