@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dreamshard.cli_args import positive, table_source_options
 from dreamshard.errors import DreamshardError
 from dreamshard.planners import HEURISTIC_KEYS, PLANNERS, heuristic_keys, place
 from dreamshard.report import format_table
@@ -34,19 +35,6 @@ def load_table_source(args: argparse.Namespace) -> list[Table]:
     from dreamshard.table_io import load_tables
 
     return load_tables(args.tables, _table_ids(args.table_ids), args.dim or None)
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
 
 
 def cmd_tables_generate(args: argparse.Namespace) -> None:
@@ -131,9 +119,11 @@ def cmd_place(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
+    from dreamshard.backends import make_backend
     from dreamshard.demo import run_demo
 
-    run_demo(args.suite, args.tasks)
+    backend = make_backend(args.backend, args.iterations)
+    run_demo(args.suite, args.tasks, args.rounds, backend)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -162,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)",
     )
     gen.add_argument(
-        "--num-tables", type=_positive(int), default=50, help="how many tables (default 50)"
+        "--num-tables", type=positive(int), default=50, help="how many tables (default 50)"
     )
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument(
@@ -174,15 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "tables", help="table file: .csv/.json spec, generated .json, or data-set .pt/.pt.gz"
     )
-    _table_source_options(show)
+    table_source_options(show)
     show.set_defaults(func=cmd_tables_show)
 
     suite = sub.add_parser("suite", help="make or inspect a task suite (train/test tasks)")
     ssub = suite.add_subparsers(dest="suite_command", required=True, metavar="ACTION")
     make = ssub.add_parser("make", help="build a named suite such as dlrm-50x4 and save it")
     make.add_argument("name", help="<profile>-<tables>x<devices>, e.g. dlrm-50x4, cpu-100x8")
-    make.add_argument("--train-tasks", type=_positive(int), default=50, help="default 50")
-    make.add_argument("--test-tasks", type=_positive(int), default=50, help="default 50")
+    make.add_argument("--train-tasks", type=positive(int), default=50, help="default 50")
+    make.add_argument("--test-tasks", type=positive(int), default=50, help="default 50")
     make.add_argument("--out", required=True, help="output .json file")
     make.set_defaults(func=cmd_suite_make)
     sshow = ssub.add_parser("show", help="summarise a suite (a saved .json or a suite name)")
@@ -191,10 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("place", help="place tables on devices and write the plan")
     pl.add_argument("--tables", required=True, help="table file (.csv, .json, .pt, .pt.gz)")
-    pl.add_argument("--devices", type=_positive(int), required=True, help="number of devices")
+    pl.add_argument("--devices", type=positive(int), required=True, help="number of devices")
     pl.add_argument(
         "--mem-gb",
-        type=_positive(float),
+        type=positive(float),
         required=True,
         help="memory per device in GiB (units of 2^30 bytes)",
     )
@@ -212,32 +202,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument("--out", help="write the plan JSON here")
-    _table_source_options(pl)
+    table_source_options(pl)
     pl.set_defaults(func=cmd_place)
 
     from dreamshard.cli_costs import add_cost_commands
 
-    add_cost_commands(sub, _table_source_options)
+    add_cost_commands(sub)
 
     demo = sub.add_parser(
-        "demo", help="the main job: make a suite, place it with every planner, compare"
+        "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"
     )
-    demo.add_argument("--suite", default="dlrm-50x4", help="suite name (default dlrm-50x4)")
+    demo.add_argument("--suite", default="cpu-50x4", help="suite name (default cpu-50x4)")
+    demo.add_argument("--tasks", type=positive(int), default=5, help="test tasks (default 5)")
+    demo.add_argument("--rounds", type=positive(int), default=3,
+                      help="interleaved measurement rounds (default 3)")  # fmt: skip
     demo.add_argument(
-        "--tasks", type=_positive(int), default=10, help="test tasks to place (default 10)"
+        "--backend",
+        choices=["fbgemm", "simulated"],
+        default="fbgemm",
+        help="fbgemm: real kernels on this host (default); simulated: the model",
     )
+    demo.add_argument("--iterations", type=positive(int), help="timed iterations (default 15)")
     demo.set_defaults(func=cmd_demo)
     return parser
-
-
-def _table_source_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
-    parser.add_argument(
-        "--dim",
-        type=int,
-        default=16,
-        help="data-set files only: embedding dim for every table (default 16; 0 draws from 4..128)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

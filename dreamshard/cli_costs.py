@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 
 from dreamshard.backends import BACKENDS, make_backend
+from dreamshard.cli_args import positive, table_source_options
 from dreamshard.comm import TOPOLOGIES
 from dreamshard.costs import COST_TERMS, PlacementCost
 from dreamshard.report import format_table
@@ -98,7 +99,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="fbgemm",
                         help="fbgemm: real kernels on this host (default); simulated: the "
                         "calibrated analytic model")  # fmt: skip
-    parser.add_argument("--iterations", type=int, help="timed iterations per device (default 10)")
+    parser.add_argument("--iterations", type=positive(int),
+                        help="timed iterations per device (default 15)")  # fmt: skip
     parser.add_argument("--launcher", choices=["inprocess", "torchrun"], default="inprocess",
                         help="inprocess: devices timed in turn, communication modeled (default); "
                         "torchrun: one process per device, all-to-all measured")  # fmt: skip
@@ -107,7 +109,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
                         "cpu-gloo on the CPU, nvlink on GPUs)")  # fmt: skip
 
 
-def add_cost_commands(sub, table_source_options) -> None:
+def add_cost_commands(sub) -> None:
     measure = sub.add_parser("measure", help="measure a plan's per-device cost breakdown")
     measure.add_argument("--tables", required=True, help="the table file the plan was made from")
     measure.add_argument("--plan", required=True, help="plan JSON from dreamshard place")
@@ -119,10 +121,12 @@ def add_cost_commands(sub, table_source_options) -> None:
     coll = sub.add_parser("collect", help="measure placements of a suite's training tasks "
                           "into the cost dataset (resumes where it stopped)")  # fmt: skip
     coll.add_argument("--suite", required=True, help="suite name, e.g. cpu-50x4")
-    coll.add_argument("--placements", type=int, required=True, help="how many placements")
+    coll.add_argument("--placements", type=positive(int), required=True, help="how many placements")
     coll.add_argument("--mix", choices=["mixed", "random", "heuristic"], default="mixed",
                       help="which planners propose them (default mixed)")  # fmt: skip
-    coll.add_argument("--train-tasks", type=int, default=50, help="training tasks (default 50)")
+    coll.add_argument(
+        "--train-tasks", type=positive(int), default=50, help="training tasks (default 50)"
+    )
     coll.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")
     add_backend_options(coll)
     coll.set_defaults(func=cmd_collect)

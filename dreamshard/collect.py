@@ -6,7 +6,6 @@ walks the same list and skips every one whose measurement is already stored.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from dreamshard.costs import CostBackend
 from dreamshard.dataset import CostDataset, measurement_key
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.planners import HEURISTIC_KEYS, place
+from dreamshard.progress import Progress
 from dreamshard.suites import Suite
 from dreamshard.tasks import Placement, PlacementTask
 
@@ -45,34 +45,6 @@ def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Jo
             yield Job(task, place(task, method, seed=i))
         except InfeasibleError:
             continue
-
-
-class Progress:
-    """One status line per step on stderr: count, percentage, elapsed and ETA."""
-
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.start, self.done = total, label, time.monotonic(), 0
-        self.tty = sys.stderr.isatty()
-
-    def step(self, note: str) -> None:
-        self.done += 1
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done)
-        line = (
-            f"{self.label} [{self.done}/{self.total}] {self.done / self.total:4.0%} "
-            f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}"
-        )
-        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)  # fmt: skip
-
-    def close(self) -> None:
-        if self.tty:
-            print(file=sys.stderr)
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s"
 
 
 @dataclass

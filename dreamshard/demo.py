@@ -1,4 +1,4 @@
-"""The main job: make a suite, place its test tasks with every planner, print a comparison."""
+"""The main job: make a suite, place its test tasks with every planner, measure, compare."""
 
 from __future__ import annotations
 
@@ -6,47 +6,48 @@ import time
 
 import numpy as np
 
-from dreamshard.planners import PLANNERS, heuristic_keys, place
+from dreamshard.compare import geometric_mean, measure_interleaved
+from dreamshard.costs import CostBackend
+from dreamshard.planners import HEURISTIC_KEYS, PLANNERS, place
+from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tasks import device_memory
 
 
-def imbalance(load: np.ndarray) -> float:
-    """Most loaded device over the mean: 1.0 is perfectly balanced."""
-    return float(load.max() / load.mean()) if load.mean() > 0 else 1.0
-
-
-def run_demo(suite_name: str, num_tasks: int) -> None:
+def run_demo(suite_name: str, num_tasks: int, rounds: int, backend: CostBackend) -> None:
     spec = parse_suite_name(suite_name, num_train_tasks=1, num_test_tasks=num_tasks)
     print(f"making suite {spec.name} ({num_tasks} test tasks)...", flush=True)
     suite = make_suite(spec)
-    rows = []
-    for method in PLANNERS:
-        lookups, fills, times = [], [], []
-        for task in suite.test_tasks:
+    methods = list(PLANNERS)
+    items, plan_ms = [], {m: [] for m in methods}
+    for task in suite.test_tasks:
+        for method in methods:
             start = time.perf_counter()
-            placement = place(task, method)
-            times.append(time.perf_counter() - start)
-            devices = np.asarray(placement.devices)
-            keys = heuristic_keys(task, "lookup")
-            load = np.bincount(devices, weights=keys, minlength=task.num_devices)
-            lookups.append(imbalance(load))
-            fills.append(device_memory(task, placement).max() / task.memory_cap_bytes)
-        rows.append(
-            [
-                method,
-                float(np.mean(lookups)),
-                float(np.max(lookups)),
-                float(np.max(fills)),
-                float(np.mean(times) * 1000),
-            ]
-        )
-    print(
-        format_table(
-            ["planner", "lookup imbalance (mean)", "(worst)", "max memory fill", "ms per task"],
-            rows,
-        )
-    )
-    print("lookup imbalance: the busiest device's sum of dim*pooling over the mean (1.0 = even);")
-    print("a proxy for compute until placements are measured. Every placement is memory-legal.")
+            items.append((task, place(task, method)))
+            plan_ms[method].append((time.perf_counter() - start) * 1000)
+    total = len(items) * rounds
+    print(f"measuring {len(items)} placements x {rounds} interleaved rounds on "
+          f"{backend.name}...", flush=True)  # fmt: skip
+
+    progress = Progress(total, "  measuring")
+    costs = measure_interleaved(
+        backend, items, rounds,
+        on_measure=lambda r, i, cost: progress.step(f"{items[i][0].name} {items[i][1].method}"),
+    )  # fmt: skip
+    progress.close()
+    # costs[round, task * len(methods) + method]
+    costs = costs.reshape(rounds, num_tasks, len(methods))
+    heuristics = [methods.index(m) for m in HEURISTIC_KEYS]
+    best = costs[:, :, heuristics].min(axis=2, keepdims=True)  # per task and round
+    ratio = geometric_mean(costs / best, axis=0)  # [task, method], paired within rounds
+    rows = []
+    for j, method in enumerate(methods):
+        wins = int((ratio[:, j] <= 1.0 + 1e-9).sum())
+        rows.append([method, float(costs[:, :, j].mean()), float(ratio[:, j].mean()),
+                     float(ratio[:, j].max()), wins, float(np.mean(plan_ms[method]))])  # fmt: skip
+    print(format_table(
+        ["planner", "mean cost ms", "vs best heuristic (mean)", "(worst)", "best on tasks",
+         "plan ms"], rows))  # fmt: skip
+    print(f"cost: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per training "
+          f"step, {backend.name} backend; ratios are to the best heuristic on each task, paired "
+          "within each round. Every placement is memory-legal.")  # fmt: skip

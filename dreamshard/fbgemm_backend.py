@@ -135,7 +135,9 @@ class FbgemmBackend:
             for t, fc, bc in zip(timings, fwd_comm, bwd_comm)
         )
         comm = "modeled" if task.num_devices > 1 else "none"
-        return PlacementCost(devices, self.name, comm, {"topology": topology.name, "batch": batch})
+        kernel_ms = sum(sum(t.fwd_samples) + sum(t.bwd_samples) for t in timings)
+        info = {"topology": topology.name, "batch": batch, "kernel_ms": kernel_ms}
+        return PlacementCost(devices, self.name, comm, info)
 
     def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]

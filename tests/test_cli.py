@@ -94,11 +94,14 @@ def test_suite_make_and_show(cli, tmp_path):
     assert "3 tasks" in shown.stdout and "2 tasks" in shown.stdout
 
 
-def test_demo_runs_every_planner(cli):
-    result = cli("demo", "--tasks", "3")
+@pytest.mark.parametrize("backend", ["fbgemm", "simulated"])
+def test_demo_measures_every_planner(cli, backend):
+    result = cli("demo", "--suite", "cpu-20x2", "--tasks", "2", "--rounds", "1",
+                 "--iterations", "2", "--backend", backend)  # fmt: skip
     assert result.returncode == 0, result.stderr
     for method in ("random", "dim", "size", "lookup", "size_lookup"):
         assert method in result.stdout
+    assert f"{backend} backend" in result.stdout and "ETA" in result.stderr
 
 
 GOOD = "name,rows,dim,pooling_factor\na,2000,16,2\nb,2000,16,4\nc,2000,16,1\n"  # 62.5 KiB each
