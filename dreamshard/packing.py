@@ -148,3 +148,61 @@ def assign_within_memory(
         f"{method}: no legal placement found within the search limit (tables fill {fill:.0%} of "
         "total memory); add devices or memory"
     )
+
+
+def best_fit_leftover(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray | None:
+    """Free memory per device after best-fit (largest first, tightest device that fits)
+    places every size, or None when it cannot."""
+    free = free.copy()
+    for size in sizes_desc:
+        fits = np.flatnonzero(free >= size)
+        if fits.size == 0:
+            return None
+        d = fits[np.argmin(free[fits])]
+        free[d] -= size
+    return free
+
+
+class CompletionGuard:
+    """Which devices can take the next table without leaving the rest unable to fit.
+
+    Tables are placed in a fixed order. With slack = D * cap - total bytes, any table no larger
+    than slack / (D - 1) can always be placed last by any-fit (whatever is left free is at
+    least slack), so only the "big" tables still to come need checking: a device is allowed
+    when best-fit can still pack them into the free memory left after this table goes there.
+    A device whose leftover after packing the big tables without this one still holds this
+    one is allowed at once. Best-fit may miss a packing that exists, so a row where it finds
+    none falls back to every device with room.
+    """
+
+    def __init__(self, task: PlacementTask, order: Sequence[int]):
+        self.cap = task.memory_cap_bytes
+        self.sizes = task.table_bytes()[list(order)]
+        d = task.num_devices
+        slack = d * self.cap - int(self.sizes.sum())
+        big_limit = slack / (d - 1) if d > 1 else np.inf
+        # (size, position in the order) of the big tables, largest first
+        self.big = sorted(
+            ((int(s), k) for k, s in enumerate(self.sizes) if s > big_limit), reverse=True
+        )
+
+    def mask(self, step: int, used: np.ndarray) -> np.ndarray:
+        """Allowed devices [episodes, devices] for the table at `step`, given bytes `used`."""
+        size = self.sizes[step]
+        room = used + size <= self.cap
+        big = [s for s, k in self.big if k > step]
+        if not big:
+            return room
+        allowed = room.copy()
+        for e in range(len(used)):
+            free = self.cap - used[e]
+            leftover = best_fit_leftover(big, free)
+            if leftover is None:
+                continue  # best-fit finds no packing even now: fall back to room
+            for d in np.flatnonzero(room[e] & (leftover < size)):
+                after = free.copy()
+                after[d] -= size
+                allowed[e, d] = best_fit_leftover(big, after) is not None
+            if not allowed[e].any():
+                allowed[e] = room[e]
+        return allowed

@@ -12,11 +12,16 @@ class Progress:
     def __init__(self, total: int, label: str):
         self.total, self.label, self.start, self.done = total, label, time.monotonic(), 0
         self.tty = sys.stderr.isatty()
+        self.last_print = -1.0
 
     def step(self, note: str) -> None:
         self.done += 1
         elapsed = time.monotonic() - self.start
         eta = elapsed / self.done * (self.total - self.done)
+        now = time.monotonic()
+        if not self.tty and self.done < self.total and now - self.last_print < 5.0:
+            return  # in a log file, one line every few seconds is enough
+        self.last_print = now
         line = (
             f"{self.label} [{self.done}/{self.total}] {self.done / self.total:4.0%} "
             f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}"

@@ -1,0 +1,100 @@
+"""Model files: cost network, policy, feature transform and training metadata, together.
+
+Saved with `torch.save` as plain dictionaries of tensors and primitive values and loaded with
+`weights_only=True`, so loading a file never runs code from it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from dreamshard.costnet import CostNet
+from dreamshard.errors import DreamshardError
+from dreamshard.features import FEATURE_NAMES, FEATURE_TRANSFORM
+from dreamshard.policy import PlacementPolicy
+
+MODEL_FORMAT = "dreamshard-model"
+
+
+@dataclass
+class DreamShardModel:
+    costnet: CostNet
+    policy: PlacementPolicy
+    metadata: dict = field(default_factory=dict)
+
+
+def model_state(model: DreamShardModel) -> dict:
+    return {
+        "format": MODEL_FORMAT,
+        "version": 1,
+        "feature_transform": FEATURE_TRANSFORM,
+        "feature_names": list(FEATURE_NAMES),
+        "costnet": {"config": model.costnet.config, "state": model.costnet.state_dict()},
+        "policy": {"config": model.policy.config, "state": model.policy.state_dict()},
+        "metadata": model.metadata,
+    }
+
+
+def save_torch_atomic(data: dict, path: str | Path) -> None:
+    """torch.save to a temporary file beside `path`, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_model(model: DreamShardModel, path: str | Path) -> None:
+    save_torch_atomic(model_state(model), path)
+
+
+def read_torch_file(path: str | Path, what: str) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise DreamshardError(f"{what} {path} does not exist")
+    try:
+        data = torch.load(path, weights_only=True, map_location="cpu")
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DreamshardError(f"{path} is not a readable {what} (corrupt?): {first}") from None
+    if not isinstance(data, dict):
+        raise DreamshardError(f"{path} is not a {what}")
+    return data
+
+
+def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
+    if data.get("format") != MODEL_FORMAT:
+        raise DreamshardError(f"{path} is not a dreamshard model file")
+    if data.get("feature_transform") != FEATURE_TRANSFORM or data.get("feature_names") != list(
+        FEATURE_NAMES
+    ):
+        raise DreamshardError(
+            f"{path} was trained on features {data.get('feature_transform')!r} "
+            f"({len(data.get('feature_names') or [])} features); this version uses "
+            f"{FEATURE_TRANSFORM!r} ({len(FEATURE_NAMES)}): retrain it with dreamshard train"
+        )
+    try:
+        costnet = CostNet(**data["costnet"]["config"])
+        costnet.load_state_dict(data["costnet"]["state"])
+        policy = PlacementPolicy(**data["policy"]["config"])
+        policy.load_state_dict(data["policy"]["state"])
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise DreamshardError(f"{path}: the saved networks do not load: {exc}") from None
+    costnet.eval()
+    policy.eval()
+    return DreamShardModel(costnet, policy, data.get("metadata", {}))
+
+
+def load_model(path: str | Path) -> DreamShardModel:
+    return model_from_state(read_torch_file(path, "model file"), path)
