@@ -11,7 +11,7 @@ import numpy as np
 
 from dreamshard.cli_args import positive, table_source_options
 from dreamshard.errors import DreamshardError
-from dreamshard.planners import HEURISTIC_KEYS, PLANNERS, heuristic_keys, place
+from dreamshard.planners import HEURISTIC_KEYS, METHODS, heuristic_keys, place
 from dreamshard.report import format_table
 from dreamshard.tables import BYTES_PER_WEIGHT, Table
 from dreamshard.tasks import GIB, Placement, PlacementTask, device_memory
@@ -99,7 +99,7 @@ def cmd_place(args: argparse.Namespace) -> None:
     cap = int(args.mem_gb * GIB)
     task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
     start = time.perf_counter()
-    placement = place(task, args.method, args.seed)
+    placement = place(task, args.method, args.seed, model=args.model, samples=args.samples)
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
@@ -188,12 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="memory per device in GiB (units of 2^30 bytes)",
     )
-    pl.add_argument(
-        "--method",
-        choices=list(PLANNERS),
-        default="size_lookup",
-        help="planner (default size_lookup)",
-    )
+    pl.add_argument("--method", choices=list(METHODS), default="size_lookup",
+                    help="planner (default size_lookup); dreamshard needs --model")  # fmt: skip
+    pl.add_argument("--model", help="trained model file for --method dreamshard "
+                    "(dreamshard train writes DIR/model.pt)")  # fmt: skip
+    pl.add_argument("--samples", type=int, default=8,
+                    help="dreamshard: sampled placements weighed against the greedy one and "
+                    "the heuristics by the cost network (default 8; 0: greedy only, as the "
+                    "paper)")  # fmt: skip
     pl.add_argument(
         "--precision",
         choices=list(BYTES_PER_WEIGHT),
@@ -206,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_place)
 
     from dreamshard.cli_costs import add_cost_commands
+    from dreamshard.cli_train import add_train_command
 
     add_cost_commands(sub)
+    add_train_command(sub)
 
     demo = sub.add_parser(
         "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"

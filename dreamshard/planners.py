@@ -64,9 +64,23 @@ PLANNERS: dict[str, Planner] = {
 }
 
 
-def place(task: PlacementTask, method: str = "size_lookup", seed: int = 0) -> Placement:
-    """Place a task's tables with a named planner; always legal, else InfeasibleError."""
-    if method not in PLANNERS:
-        raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(PLANNERS)}")
+LEARNED = ("dreamshard",)  # planners that need a trained model
+METHODS = (*PLANNERS, *LEARNED)
+
+
+def place(
+    task: PlacementTask, method: str = "size_lookup", seed: int = 0, model=None, samples: int = 8
+) -> Placement:
+    """Place a task's tables with a named planner; always legal, else InfeasibleError.
+
+    `model` (a DreamShardModel or a model file path) is needed by `dreamshard`, which also
+    takes `samples`, the sampled placements it weighs against its greedy one (0: greedy only).
+    """
+    if method not in METHODS:
+        raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     task.validate()
+    if method == "dreamshard":
+        from dreamshard.learned import dreamshard_place, resolve_model
+
+        return dreamshard_place(task, resolve_model(model), samples, seed)
     return PLANNERS[method](task, seed)

@@ -215,8 +215,9 @@ def train(config: TrainConfig, log=print) -> DreamShardModel:
         save_checkpoint(state, config, out / "checkpoints" / f"iter-{state.iteration:03d}.pt")
         log(
             f"iteration {state.iteration}/{config.iterations}: {len(examples)} measurements, "
-            f"cost-net loss {record['costnet_loss']:.4f}, policy reward {record['policy_reward']:.2f}"
-            f" ms, greedy predicted {predicted:.2f} ms ({record['seconds']:.0f} s)"
+            f"cost-net loss {record['costnet_loss']:.4f}, "
+            f"policy reward {record['policy_reward']:.2f} ms, "
+            f"greedy predicted {predicted:.2f} ms ({record['seconds']:.0f} s)"
         )
     model = DreamShardModel(state.costnet, state.policy, {
         "suite": config.suite, "backend": backend.config(), "config": asdict(config),

@@ -1,0 +1,67 @@
+"""`dreamshard train`: the alternating DreamShard loop from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from dreamshard.cli_args import positive
+from dreamshard.train import TrainConfig
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from dreamshard.train import train
+
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    train(TrainConfig(**values))
+
+
+def add_train_command(sub) -> None:
+    defaults = TrainConfig()
+    tr = sub.add_parser(
+        "train",
+        help="train the cost network and the policy (alternating, as DreamShard); resumes "
+        "from DIR/checkpoint.pt after a crash",
+    )
+    tr.add_argument("--suite", default=defaults.suite, help=f"suite (default {defaults.suite})")
+    tr.add_argument("--backend", choices=["fbgemm", "simulated"], default=defaults.backend,
+                    help="where placements are measured (default fbgemm)")  # fmt: skip
+    tr.add_argument("--out", default=defaults.out, help=f"run folder (default {defaults.out})")
+    tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
+    for name, help_text in (
+        ("iterations", "alternating iterations"),
+        ("placements_per_iteration", "placements measured per iteration"),
+        ("costnet_steps", "cost-network steps per iteration"),
+        ("costnet_batch", "cost-network batch"),
+        ("policy_updates", "policy updates per iteration"),
+        ("episodes", "episodes per policy update"),
+        ("warm_start", "heuristic and random placements measured first (0: none)"),
+        ("train_tasks", "training tasks of the suite"),
+    ):
+        value = getattr(defaults, name)
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int)
+                        if name != "warm_start" else int, default=value,
+                        help=f"{help_text} (default {value})")  # fmt: skip
+    tr.add_argument(
+        "--learning-rate",
+        dest="learning_rate",
+        type=positive(float),
+        default=defaults.learning_rate,
+        help="Adam, decaying linearly (default 5e-4)",
+    )
+    tr.add_argument(
+        "--entropy-weight",
+        dest="entropy_weight",
+        type=float,
+        default=defaults.entropy_weight,
+        help="default 1e-3",
+    )
+    tr.add_argument(
+        "--table-aware",
+        dest="table_aware",
+        action="store_true",
+        help="also give the policy the features of the table being placed",
+    )
+    tr.add_argument("--measure-iterations", dest="measure_iterations", type=positive(int),
+                    help="fbgemm timed iterations per device (default 15)")  # fmt: skip
+    tr.set_defaults(func=cmd_train)

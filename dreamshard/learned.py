@@ -1,0 +1,57 @@
+"""The `dreamshard` planner: the trained policy, greedy, plus a cheap best-of-k refinement.
+
+The paper places with the policy's argmax. Here the argmax placement competes with `samples`
+sampled placements and the heuristics' placements, all scored by the cost network; the one
+with the lowest predicted overall cost wins. No hardware is touched, and the answer is always
+legal (the heuristics' placements are legal whenever the task is feasible).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dreamshard.costnet import make_batch
+from dreamshard.errors import DreamshardError
+from dreamshard.features import feature_matrix
+from dreamshard.model_io import DreamShardModel, load_model
+from dreamshard.planners import HEURISTIC_KEYS, greedy_place
+from dreamshard.tasks import Placement, PlacementTask, is_legal
+
+
+@torch.no_grad()
+def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -> list[float]:
+    features = feature_matrix(task.tables)
+    batch = make_batch([(features, p.devices, task.num_devices) for p in placements])
+    _, overall = model.costnet(batch)
+    return (overall * model.costnet.scale).tolist()
+
+
+@torch.no_grad()
+def dreamshard_place(
+    task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
+) -> Placement:
+    """The policy's greedy placement, improved by best-of-`samples` and the heuristics."""
+    candidates = []
+    greedy = model.policy.rollout(task, model.costnet, 1, greedy=True)
+    if greedy.legal[0]:
+        candidates.append(Placement(tuple(int(d) for d in greedy.devices[0]), "dreamshard"))
+    if samples > 0:
+        generator = torch.Generator().manual_seed(seed)
+        sampled = model.policy.rollout(task, model.costnet, samples, generator=generator)
+        candidates += [
+            Placement(tuple(int(d) for d in row), "dreamshard")
+            for row, legal in zip(sampled.devices, sampled.legal)
+            if legal
+        ]
+    if samples > 0 or not candidates:  # with samples=0 they only stand in for a stuck policy
+        for key in HEURISTIC_KEYS:  # raises the infeasibility error when no placement exists
+            candidates.append(Placement(greedy_place(task, key).devices, "dreamshard"))
+    candidates = [c for c in candidates if is_legal(task, c)]
+    scores = predicted_overall(model, task, candidates)
+    return candidates[min(range(len(candidates)), key=scores.__getitem__)]
+
+
+def resolve_model(model: DreamShardModel | str | None) -> DreamShardModel:
+    if model is None:
+        raise DreamshardError("method dreamshard needs a trained model: pass --model PATH")
+    return load_model(model) if isinstance(model, str) else model

@@ -1,0 +1,149 @@
+"""The learned placer: cost network, policy, training loop, model files."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dreamshard.costnet import CostNet
+from dreamshard.dataset import CostDataset
+from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.examples import load_examples
+from dreamshard.fit import costnet_errors
+from dreamshard.model_io import DreamShardModel, load_model, model_state, save_model
+from dreamshard.planners import place
+from dreamshard.policy import PlacementPolicy
+from dreamshard.suites import make_suite, parse_suite_name
+from dreamshard.tables import Table
+from dreamshard.tasks import Placement, PlacementTask, is_legal
+from dreamshard.train import TrainConfig, train
+
+MiB = 2**20
+
+
+def small_config(tmp_path, **changes):
+    values = dict(suite="cpu-16x3", backend="simulated", out=str(tmp_path / "run"),
+                  iterations=3, train_tasks=6, costnet_steps=60, warm_start=12)  # fmt: skip
+    return TrainConfig(**(values | changes))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained")
+    config = small_config(out, iterations=5, policy_updates=30)
+    return config, train(config, log=lambda *_: None)
+
+
+tasks = st.builds(
+    lambda sizes, dims, d, slack, seed: (
+        PlacementTask(
+            tuple(
+                Table(f"t{i}", s * MiB // (4 * dims[i % 3]), dims[i % 3], 1.0 + i % 5)
+                for i, s in enumerate(sizes)
+            ),
+            d,
+            int(max(max(sizes), slack * sum(sizes) / d) * MiB) + MiB,
+            "fp32",
+        ),
+        seed,
+    ),  # fmt: skip
+    st.lists(st.integers(1, 60), min_size=1, max_size=25),
+    st.lists(st.sampled_from([4, 16, 64]), min_size=3, max_size=3),
+    st.integers(1, 6),
+    st.floats(1.0, 1.6),
+    st.integers(0, 1000),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tasks)
+def test_policy_only_picks_legal_devices(case):
+    task, seed = case
+    torch.manual_seed(seed)
+    policy, costnet = PlacementPolicy(table_aware=seed % 2 == 1), CostNet()
+    rollout = policy.rollout(task, costnet, 4, generator=torch.Generator().manual_seed(seed))
+    for row, legal in zip(rollout.devices, rollout.legal):
+        assert not legal or is_legal(task, Placement(tuple(int(d) for d in row)))
+    model = DreamShardModel(costnet, policy)
+    for samples in (0, 2):
+        try:
+            assert is_legal(task, place(task, "dreamshard", seed, model=model, samples=samples))
+        except InfeasibleError:  # only where no packing exists (proven by the exact search)
+            with pytest.raises(InfeasibleError, match="no legal placement exists|more than"):
+                place(task, "size")
+
+
+def test_training_improves_the_policy(trained):
+    config, model = trained
+    history = model.metadata["history"]
+    assert len(history) == config.iterations
+    first, last = history[0], history[-1]
+    assert last["probe_backend_ms"] < first["probe_backend_ms"]
+    assert last["dataset_size"] == config.warm_start + config.iterations * 10 - (
+        config.warm_start + config.iterations * 10 - last["dataset_size"]
+    )  # grows every iteration
+    assert [h["dataset_size"] for h in history] == sorted(h["dataset_size"] for h in history)
+
+
+def test_model_files_round_trip_to_identical_placements(trained, tmp_path):
+    config, model = trained
+    path = tmp_path / "model.pt"
+    save_model(model, path)
+    loaded = load_model(path)
+    suite = make_suite(parse_suite_name(config.suite, 1, 5))
+    for task in suite.test_tasks:
+        assert place(task, "dreamshard", model=model) == place(task, "dreamshard", model=loaded)
+        assert place(task, "dreamshard", model=model, samples=0) == place(
+            task, "dreamshard", model=str(path), samples=0
+        )
+
+
+def test_cost_network_reports_its_errors(trained):
+    config, model = trained
+    examples = load_examples(CostDataset(f"{config.out}/costs.sqlite"))
+    errors = costnet_errors(model.costnet, examples)
+    assert 0 <= errors["overall_mape"] < 1 and -1 <= errors["overall_spearman"] <= 1
+    for term in ("fwd_comp", "bwd_comm", "bwd_comp"):
+        assert np.isfinite(errors[f"{term}_mae_ms"])
+
+
+def test_a_run_repeats_exactly_and_resumes_after_a_crash(tmp_path):
+    whole = train(small_config(tmp_path / "a"), log=lambda *_: None)
+
+    def crash_after_two(line: str) -> None:
+        if line.startswith("iteration 2/"):
+            raise KeyboardInterrupt  # the process dies right after iteration 2's checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        train(small_config(tmp_path / "b"), log=crash_after_two)
+    lines = []
+    resumed = train(small_config(tmp_path / "b"), log=lines.append)
+    assert any("resuming after iteration 2" in line for line in lines)
+    for a, b in zip(whole.policy.state_dict().values(), resumed.policy.state_dict().values()):
+        assert torch.equal(a, b)
+    for a, b in zip(whole.costnet.state_dict().values(), resumed.costnet.state_dict().values()):
+        assert torch.equal(a, b)
+    stored = CostDataset(tmp_path / "b" / "run" / "costs.sqlite")
+    keys = [row["key"] for row in stored.rows()]
+    assert len(keys) == len(set(keys))
+
+
+def test_bad_model_files_are_refused(trained, tmp_path, cli):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"this is not a model")
+    with pytest.raises(DreamshardError, match="not a readable model file"):
+        load_model(corrupt)
+    _, model = trained
+    state = model_state(model)
+    state["feature_names"] = state["feature_names"][:-1]
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    with pytest.raises(DreamshardError, match="retrain"):
+        load_model(other)
+    spec = tmp_path / "spec.csv"
+    spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\n")
+    for args in (["--model", str(corrupt)], [], ["--model", str(tmp_path / "missing.pt")]):
+        result = cli("place", "--tables", str(spec), "--devices", "2", "--mem-gb", "1",
+                     "--method", "dreamshard", *args)  # fmt: skip
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
