@@ -6,7 +6,7 @@ import argparse
 from dataclasses import fields
 
 from dreamshard.cli_args import positive
-from dreamshard.train import TrainConfig
+from dreamshard.train_config import TrainConfig
 
 
 def cmd_train(args: argparse.Namespace) -> None:

@@ -34,26 +34,7 @@ from dreamshard.model_io import (
 from dreamshard.policy import PlacementPolicy
 from dreamshard.suites import make_suite, parse_suite_name
 from dreamshard.tasks import Placement
-
-
-@dataclass
-class TrainConfig:
-    suite: str = "cpu-50x4"
-    backend: str = "fbgemm"
-    out: str = ".dreamshard/train"
-    iterations: int = 10
-    placements_per_iteration: int = 10
-    costnet_steps: int = 300
-    costnet_batch: int = 64
-    policy_updates: int = 10
-    episodes: int = 10
-    learning_rate: float = 5e-4
-    entropy_weight: float = 1e-3
-    warm_start: int = 20  # heuristic and random placements measured first (0: none)
-    table_aware: bool = False
-    train_tasks: int = 50
-    measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
-    seed: int = 0
+from dreamshard.train_config import TrainConfig
 
 
 @dataclass

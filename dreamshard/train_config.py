@@ -1,0 +1,25 @@
+"""Settings of a DreamShard training run (kept free of torch so the CLI starts fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    suite: str = "cpu-50x4"
+    backend: str = "fbgemm"
+    out: str = ".dreamshard/train"
+    iterations: int = 10
+    placements_per_iteration: int = 10
+    costnet_steps: int = 300
+    costnet_batch: int = 64
+    policy_updates: int = 10
+    episodes: int = 10
+    learning_rate: float = 5e-4
+    entropy_weight: float = 1e-3
+    warm_start: int = 20  # heuristic and random placements measured first (0: none)
+    table_aware: bool = False
+    train_tasks: int = 50
+    measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
+    seed: int = 0
