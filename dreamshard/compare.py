@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dreamshard.costs import CostBackend
+from dreamshard.costs import CostBackend, PlacementCost
 from dreamshard.tasks import Placement, PlacementTask
 
 
@@ -22,17 +22,21 @@ def measure_interleaved(
     items: Sequence[tuple[PlacementTask, Placement]],
     rounds: int,
     seed: int = 0,
-    on_measure: Callable[[int, int, float], None] | None = None,
+    on_measure: Callable[[int, int, PlacementCost], None] | None = None,
 ) -> np.ndarray:
-    """Overall costs, [rounds, items]: each round measures every item once, shuffled."""
+    """Overall costs, [rounds, items]: each round measures every item once, shuffled.
+
+    `on_measure(round, item, cost)` sees every full breakdown as it comes.
+    """
     rng = np.random.default_rng(seed)
     costs = np.zeros((rounds, len(items)))
     for r in range(rounds):
         for i in rng.permutation(len(items)):
             task, placement = items[i]
-            costs[r, i] = backend.measure(task, placement).overall
+            cost = backend.measure(task, placement)
+            costs[r, i] = cost.overall
             if on_measure:
-                on_measure(r, int(i), costs[r, i])
+                on_measure(r, int(i), cost)
     return costs
 
 
