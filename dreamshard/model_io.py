@@ -6,8 +6,6 @@ Saved with `torch.save` as plain dictionaries of tensors and primitive values an
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import torch
 from dreamshard.costnet import CostNet
 from dreamshard.errors import DreamshardError
 from dreamshard.features import FEATURE_NAMES, FEATURE_TRANSFORM
+from dreamshard.files import atomic_path
 from dreamshard.policy import PlacementPolicy
 
 MODEL_FORMAT = "dreamshard-model"
@@ -42,16 +41,8 @@ def model_state(model: DreamShardModel) -> dict:
 
 def save_torch_atomic(data: dict, path: str | Path) -> None:
     """torch.save to a temporary file beside `path`, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(data, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_model(model: DreamShardModel, path: str | Path) -> None:

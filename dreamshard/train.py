@@ -155,7 +155,11 @@ def probe_cost(state: TrainState, tasks, backend) -> tuple[float, float]:
     return float(np.mean(predicted)), float(np.mean(measured)) if measured else float("nan")
 
 
-def train(config: TrainConfig, log=print) -> DreamShardModel:
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def train(config: TrainConfig, log=_say) -> DreamShardModel:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
