@@ -10,13 +10,12 @@ import numpy as np
 from dreamshard.dataset import CostDataset, record_costs, record_task
 from dreamshard.errors import DreamshardError
 from dreamshard.simulated import (
-    DEFAULT_BATCH,
     GROUP_FEATURES,
     SimulatedModel,
     fit_model,
     group_features,
 )
-from dreamshard.traces import table_batch_size
+from dreamshard.traces import DEFAULT_BATCH, table_batch_size
 
 
 def measured_groups(dataset: CostDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:

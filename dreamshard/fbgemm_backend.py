@@ -26,9 +26,7 @@ from dreamshard.errors import DreamshardError
 from dreamshard.report import format_bytes
 from dreamshard.table_io import table_to_dict
 from dreamshard.tasks import Placement, PlacementTask, check_legal
-from dreamshard.traces import concat_traces, table_batch_size
-
-DEFAULT_BATCH = 2048  # for tables known only by statistics (the cpu profile's batch)
+from dreamshard.traces import DEFAULT_BATCH, concat_traces, table_batch_size
 
 
 class MeasurementError(DreamshardError):

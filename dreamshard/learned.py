@@ -34,14 +34,12 @@ def dreamshard_place(
     candidates = []
     greedy = model.policy.rollout(task, model.costnet, 1, greedy=True)
     if greedy.legal[0]:
-        candidates.append(Placement(tuple(int(d) for d in greedy.devices[0]), "dreamshard"))
+        candidates.append(greedy.placement(0, "dreamshard"))
     if samples > 0:
         generator = torch.Generator().manual_seed(seed)
         sampled = model.policy.rollout(task, model.costnet, samples, generator=generator)
         candidates += [
-            Placement(tuple(int(d) for d in row), "dreamshard")
-            for row, legal in zip(sampled.devices, sampled.legal)
-            if legal
+            sampled.placement(e, "dreamshard") for e in range(samples) if sampled.legal[e]
         ]
     if samples > 0 or not candidates:  # with samples=0 they only stand in for a stuck policy
         for key in HEURISTIC_KEYS:  # raises the infeasibility error when no placement exists

@@ -19,7 +19,7 @@ from torch import nn
 from dreamshard.costnet import DEVICE_TERMS, CostNet, mlp
 from dreamshard.features import NUM_FEATURES, feature_matrix
 from dreamshard.packing import CompletionGuard
-from dreamshard.tasks import PlacementTask
+from dreamshard.tasks import Placement, PlacementTask
 
 
 @dataclass
@@ -31,6 +31,9 @@ class Rollout:
     entropy: torch.Tensor  # [E] mean over steps
     predicted: torch.Tensor  # [E] scaled predicted overall cost (no gradient)
     legal: np.ndarray  # [E] False where an episode ran out of memory room
+
+    def placement(self, episode: int, method: str) -> Placement:
+        return Placement(tuple(int(d) for d in self.devices[episode]), method)
 
 
 class PlacementPolicy(nn.Module):

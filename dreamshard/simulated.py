@@ -32,14 +32,13 @@ from dreamshard.files import write_json_atomic
 from dreamshard.state import calibration_path
 from dreamshard.tables import Table
 from dreamshard.tasks import Placement, PlacementTask, check_legal
-from dreamshard.traces import expected_unique_rows, table_batch_size
+from dreamshard.traces import DEFAULT_BATCH, expected_unique_rows, table_batch_size
 
 GROUP_FEATURES = (
     "call", "tables", "lookups", "volume", "touched", "width", "lookups_x_width", "overflow",
 )  # fmt: skip
 CACHE_BYTES = 32 * 2**20
 DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
-DEFAULT_BATCH = 2048
 
 
 def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:

@@ -21,6 +21,8 @@ from dreamshard.tables import NUM_BINS, Table
 _BIN_LOW = np.array([1, 2] + [2 ** (j - 1) + 1 for j in range(2, NUM_BINS)], dtype=np.float64)
 _BIN_HIGH = np.array([1, 2] + [2**j for j in range(2, NUM_BINS - 1)] + [65536], dtype=np.float64)
 TYPICAL_COUNT = (_BIN_LOW + _BIN_HIGH) / 2
+# The batch for tables known only by statistics: the cpu profile's batch.
+DEFAULT_BATCH = 2048
 
 
 def expected_unique_rows(table: Table, batch_size: int) -> float:

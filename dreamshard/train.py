@@ -33,7 +33,6 @@ from dreamshard.model_io import (
 )
 from dreamshard.policy import PlacementPolicy
 from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tasks import Placement
 from dreamshard.train_config import TrainConfig
 
 
@@ -138,7 +137,7 @@ def sample_jobs(state: TrainState, config: TrainConfig, tasks) -> list[Job]:
         with torch.no_grad():
             rollout = state.policy.rollout(task, state.costnet, 1, generator=state.generator)
         if rollout.legal[0]:
-            jobs.append(Job(task, Placement(tuple(int(d) for d in rollout.devices[0]), "policy")))
+            jobs.append(Job(task, rollout.placement(0, "policy")))
     return jobs
 
 
@@ -148,7 +147,7 @@ def probe_cost(state: TrainState, tasks, backend) -> tuple[float, float]:
     with torch.no_grad():
         for task in tasks:
             rollout = state.policy.rollout(task, state.costnet, 1, greedy=True)
-            placement = Placement(tuple(int(d) for d in rollout.devices[0]), "dreamshard")
+            placement = rollout.placement(0, "dreamshard")
             predicted.append(float(rollout.predicted[0] * state.costnet.scale))
             if backend is not None and rollout.legal[0]:
                 measured.append(backend.measure(task, placement).overall)
