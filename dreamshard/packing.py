@@ -68,15 +68,13 @@ def search_assignment(
 
     def candidates(depth: int) -> list[int]:
         table = order[depth]
-        seen_used: set[int] = set()
-        result = []
-        for d in prefer(table, load, used):
-            room = used[d] + sizes[table] <= cap
-            # Two devices with equal bytes used lead to the same sub-problem for memory.
-            if room and int(used[d]) not in seen_used:
-                seen_used.add(int(used[d]))
-                result.append(int(d))
-        return result[::-1]  # pop() from the end tries the most preferred first
+        preferred = np.asarray(prefer(table, load, used), dtype=np.int64)
+        preferred = preferred[used[preferred] + sizes[table] <= cap]
+        # Two devices with equal bytes used lead to the same sub-problem for memory:
+        # keep the more preferred one.
+        _, first = np.unique(used[preferred], return_index=True)
+        result = preferred[np.sort(first)]
+        return result[::-1].tolist()  # pop() from the end tries the most preferred first
 
     if suffix[0] > cap * task.num_devices:
         return None, True
@@ -107,7 +105,8 @@ def search_assignment(
 
 def largest_first(task: PlacementTask) -> list[int]:
     """Table indices by bytes, largest first (ties by index): the order that packs best."""
-    return sorted(range(len(task.tables)), key=lambda i: (-int(task.table_bytes()[i]), i))
+    sizes = task.table_bytes()
+    return sorted(range(len(sizes)), key=lambda i: (-int(sizes[i]), i))
 
 
 def least_used_first(_table: int, _load: np.ndarray, used: np.ndarray) -> Sequence[int]:
