@@ -7,6 +7,7 @@ unpacked to disk; a plain `.pt` is memory-mapped so a subset of tables touches o
 
 from __future__ import annotations
 
+import functools
 import gzip
 import random
 from collections.abc import Sequence
@@ -21,6 +22,14 @@ from dreamshard.tables import Table, TraceRef, table_from_trace
 
 
 def _load(path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The file's tensors; kept for the last file read, so reading one table's trace after
+    another does not decompress a multi-GB `.pt.gz` again each time."""
+    path = path.resolve()
+    return _load_cached(path, path.stat().st_mtime_ns if path.exists() else 0)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_cached(path: Path, _mtime: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rb") as f:

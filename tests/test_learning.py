@@ -80,9 +80,6 @@ def test_training_improves_the_policy(trained):
     assert len(history) == config.iterations
     first, last = history[0], history[-1]
     assert last["probe_backend_ms"] < first["probe_backend_ms"]
-    assert last["dataset_size"] == config.warm_start + config.iterations * 10 - (
-        config.warm_start + config.iterations * 10 - last["dataset_size"]
-    )  # grows every iteration
     assert [h["dataset_size"] for h in history] == sorted(h["dataset_size"] for h in history)
 
 
