@@ -63,17 +63,22 @@ def read_torch_file(path: str | Path, what: str) -> dict:
     return data
 
 
-def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
-    if data.get("format") != MODEL_FORMAT:
-        raise DreamshardError(f"{path} is not a dreamshard model file")
+def check_features(data: dict, path: str | Path, retrain: str = "dreamshard train") -> None:
+    """Refuse a saved network trained on other features than this version computes."""
     if data.get("feature_transform") != FEATURE_TRANSFORM or data.get("feature_names") != list(
         FEATURE_NAMES
     ):
         raise DreamshardError(
             f"{path} was trained on features {data.get('feature_transform')!r} "
             f"({len(data.get('feature_names') or [])} features); this version uses "
-            f"{FEATURE_TRANSFORM!r} ({len(FEATURE_NAMES)}): retrain it with dreamshard train"
+            f"{FEATURE_TRANSFORM!r} ({len(FEATURE_NAMES)}): retrain it with {retrain}"
         )
+
+
+def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
+    if data.get("format") != MODEL_FORMAT:
+        raise DreamshardError(f"{path} is not a dreamshard model file")
+    check_features(data, path)
     try:
         costnet = CostNet(**data["costnet"]["config"])
         costnet.load_state_dict(data["costnet"]["state"])

@@ -64,7 +64,7 @@ PLANNERS: dict[str, Planner] = {
 }
 
 
-LEARNED = ("dreamshard",)  # planners that need a trained model
+LEARNED = ("dreamshard", "dreamshard_search", "rnn")  # planners that need a trained model
 METHODS = (*PLANNERS, *LEARNED)
 
 
@@ -74,7 +74,9 @@ def place(
     """Place a task's tables with a named planner; always legal, else InfeasibleError.
 
     `model` (a DreamShardModel or a model file path) is needed by `dreamshard`, which also
-    takes `samples`, the sampled placements it weighs against its greedy one (0: greedy only).
+    takes `samples`, the sampled placements it weighs against its greedy one (0: greedy only),
+    and by `dreamshard_search` (its placement refined by local search on the cost network);
+    `rnn` needs an RnnPlacer or its file (`dreamshard train-rnn`) instead.
     """
     if method not in METHODS:
         raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -83,4 +85,13 @@ def place(
         from dreamshard.learned import dreamshard_place, resolve_model
 
         return dreamshard_place(task, resolve_model(model), samples, seed)
+    if method == "dreamshard_search":
+        from dreamshard.learned import resolve_model
+        from dreamshard.search import dreamshard_search_place
+
+        return dreamshard_search_place(task, resolve_model(model), samples, seed)
+    if method == "rnn":
+        from dreamshard.rnn import resolve_rnn, rnn_place
+
+        return rnn_place(task, resolve_rnn(model), seed)
     return PLANNERS[method](task, seed)

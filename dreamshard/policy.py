@@ -36,6 +36,41 @@ class Rollout:
         return Placement(tuple(int(d) for d in self.devices[episode]), method)
 
 
+def masked_choice(
+    logits: torch.Tensor, allowed: np.ndarray, greedy: bool, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """One step of episodes [E]: a device per episode among the `allowed` ones [E, D].
+
+    Returns (action, its log-probability, the entropy, stuck). The masked softmax gives the
+    log-probabilities, so the mask applies in the update as in sampling. An episode with no
+    allowed device (stuck) picks among all devices, to finish and be marked illegal.
+    """
+    stuck = ~allowed.any(axis=1)
+    allowed = allowed.copy()
+    allowed[stuck] = True
+    log_p = torch.log_softmax(logits.masked_fill(torch.from_numpy(~allowed), float("-inf")), -1)
+    probs = log_p.exp()
+    if greedy:
+        action = probs.argmax(dim=-1)
+    else:
+        action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
+    entropy = -(probs * log_p.masked_fill(~torch.isfinite(log_p), 0)).sum(-1)
+    return action, log_p[torch.arange(len(action)), action], entropy, stuck
+
+
+def reinforce_loss(rollout: Rollout, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, reward) of episodes of one task: reward minus the predicted overall cost,
+    normalised within the episodes; an episode that ran out of room scores below every other."""
+    reward = -rollout.predicted
+    if not rollout.legal.all():
+        legal = torch.from_numpy(rollout.legal)
+        floor = reward[legal].min() if legal.any() else reward.min()
+        reward = torch.where(legal, reward, floor - 1.0)
+    advantage = (reward - reward.mean()) / (reward.std() + 1e-8)
+    loss = -(advantage * rollout.log_prob).mean() - entropy_weight * rollout.entropy.mean()
+    return loss, reward
+
+
 class PlacementPolicy(nn.Module):
     def __init__(self, table_aware: bool = False, hidden: int = 128, embed: int = 32):
         super().__init__()
@@ -69,7 +104,6 @@ class PlacementPolicy(nn.Module):
         devices = np.full((e, len(order)), -1, dtype=np.int64)
         legal = np.ones(e, dtype=bool)
         log_probs, entropies = [], []
-        rows = torch.arange(e)
         for step, table in enumerate(order):
             with torch.no_grad():
                 predicted_costs = costnet.device_costs(cost_sum)
@@ -77,19 +111,12 @@ class PlacementPolicy(nn.Module):
             if self.table_aware:
                 parts.append(policy_encoded[table].expand(e, d, -1))
             logits = self.scorer(torch.cat(parts, dim=-1)).squeeze(-1)
-            allowed = guard.mask(step, used)
-            stuck = ~allowed.any(axis=1)
+            action, log_p, entropy, stuck = masked_choice(
+                logits, guard.mask(step, used), greedy, generator
+            )
             legal &= ~stuck
-            allowed[stuck] = True  # an episode out of room finishes, marked illegal
-            logits = logits.masked_fill(torch.from_numpy(~allowed), float("-inf"))
-            log_p = torch.log_softmax(logits, dim=-1)
-            probs = log_p.exp()
-            if greedy:
-                action = probs.argmax(dim=-1)
-            else:
-                action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
-            log_probs.append(log_p[rows, action])
-            entropies.append(-(probs * log_p.masked_fill(~torch.isfinite(log_p), 0)).sum(-1))
+            log_probs.append(log_p)
+            entropies.append(entropy)
             chosen = nn.functional.one_hot(action, d).to(policy_sum.dtype)[..., None]
             policy_sum = policy_sum + chosen * policy_encoded[table]
             cost_sum = cost_sum + chosen * cost_encoded[table]
