@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory per device in GiB (units of 2^30 bytes)",
     )
     pl.add_argument("--method", choices=list(METHODS), default="size_lookup",
-                    help="planner (default size_lookup); dreamshard needs --model")  # fmt: skip
+                    help="planner (default size_lookup); dreamshard and dreamshard_search "
+                    "need --model (a trained model), rnn --model (an RNN placer file)")  # fmt: skip
     pl.add_argument("--model", help="trained model file for --method dreamshard "
                     "(dreamshard train writes DIR/model.pt)")  # fmt: skip
     pl.add_argument("--samples", type=int, default=8,
@@ -208,10 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_place)
 
     from dreamshard.cli_costs import add_cost_commands
-    from dreamshard.cli_train import add_train_command
+    from dreamshard.cli_train import add_train_command, add_train_rnn_command
 
     add_cost_commands(sub)
     add_train_command(sub)
+    add_train_rnn_command(sub)
 
     demo = sub.add_parser(
         "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"

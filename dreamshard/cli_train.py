@@ -6,6 +6,7 @@ import argparse
 from dataclasses import fields
 
 from dreamshard.cli_args import positive
+from dreamshard.rnn_config import RnnTrainConfig
 from dreamshard.train_config import TrainConfig
 
 
@@ -65,3 +66,65 @@ def add_train_command(sub) -> None:
     tr.add_argument("--measure-iterations", dest="measure_iterations", type=positive(int),
                     help="fbgemm timed iterations per device (default 15)")  # fmt: skip
     tr.set_defaults(func=cmd_train)
+
+
+def cmd_train_rnn(args: argparse.Namespace) -> None:
+    from dreamshard.model_io import load_model
+    from dreamshard.rnn import save_rnn, train_rnn
+
+    model = load_model(args.model)
+    values = {f.name: getattr(args, f.name) for f in fields(RnnTrainConfig)}
+    config = RnnTrainConfig(**values)
+    save_rnn(train_rnn(model, config), args.out, config, args.model)
+    print(f"wrote {args.out}")
+
+
+def add_train_rnn_command(sub) -> None:
+    defaults = RnnTrainConfig()
+    tr = sub.add_parser(
+        "train-rnn",
+        help="train the paper's RNN baseline (an LSTM placer, after Mirhoseini et al. 2017) "
+        "against a trained model's cost network; it serves only its suite's device count",
+        description="An LSTM reads the tables largest first and picks a device for each "
+        "(memory-masked), trained with REINFORCE on the cost network of --model (no hardware "
+        "is used). Its output layer has one unit per device, so the file it writes places "
+        "only tasks with the device count of --suite: the limitation DreamShard removes. "
+        "Use it with: dreamshard place --method rnn --model OUT.",
+    )
+    tr.add_argument(
+        "--model",
+        required=True,
+        help="trained DreamShard model file whose cost network scores the episodes "
+        "(dreamshard train writes DIR/model.pt)",
+    )
+    tr.add_argument("--out", required=True, help="where to write the RNN placer (.pt)")
+    tr.add_argument(
+        "--suite",
+        default=defaults.suite,
+        help=f"training tasks, and the device count (default {defaults.suite})",
+    )
+    for name, help_text in (
+        ("updates", "REINFORCE updates"),
+        ("episodes", "episodes of one task per update"),
+        ("train_tasks", "training tasks of the suite"),
+        ("hidden", "LSTM width"),
+    ):
+        value = getattr(defaults, name)
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int),
+                        default=value, help=f"{help_text} (default {value})")  # fmt: skip
+    tr.add_argument(
+        "--learning-rate",
+        dest="learning_rate",
+        type=positive(float),
+        default=defaults.learning_rate,
+        help="Adam, decaying linearly (default 5e-4)",
+    )
+    tr.add_argument(
+        "--entropy-weight",
+        dest="entropy_weight",
+        type=float,
+        default=defaults.entropy_weight,
+        help="default 1e-3",
+    )
+    tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
+    tr.set_defaults(func=cmd_train_rnn)

@@ -14,7 +14,7 @@ count: that is the limitation DreamShard's sum/max-reduced networks remove.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from dreamshard.features import FEATURE_NAMES, FEATURE_TRANSFORM, NUM_FEATURES, 
 from dreamshard.model_io import DreamShardModel, check_features, read_torch_file, save_torch_atomic
 from dreamshard.packing import CompletionGuard, check_capacity, largest_first
 from dreamshard.policy import Rollout, masked_choice, reinforce_loss
+from dreamshard.rnn_config import RnnTrainConfig
 from dreamshard.suites import make_suite, parse_suite_name
 from dreamshard.tasks import Placement, PlacementTask
 
@@ -91,18 +92,6 @@ class RnnPlacer(nn.Module):
                 _, predicted = costnet(make_batch([(features, row, d) for row in devices]))
         return Rollout(devices, torch.stack(log_probs).sum(0), torch.stack(entropies).mean(0),
                        predicted, legal)  # fmt: skip
-
-
-@dataclass
-class RnnTrainConfig:
-    suite: str = "cpu-50x4"
-    updates: int = 200
-    episodes: int = 10
-    learning_rate: float = 5e-4
-    entropy_weight: float = 1e-3
-    train_tasks: int = 50
-    hidden: int = 64
-    seed: int = 0
 
 
 def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnPlacer:
