@@ -113,7 +113,12 @@ def cmd_place(args: argparse.Namespace) -> None:
         "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
         "size_lookup = lookup*log10(rows)"
     )
-    if args.out:
+    if args.out and args.format == "torchrec":
+        from dreamshard.torchrec_export import write_torchrec_plan
+
+        write_torchrec_plan(task, placement, args.out, args.module_path)
+        print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
+    elif args.out:
         write_plan(task, placement, args.out)
         print(f"wrote {args.out}")
 
@@ -191,8 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--method", choices=list(METHODS), default="size_lookup",
                     help="planner (default size_lookup); dreamshard and dreamshard_search "
                     "need --model (a trained model), rnn --model (an RNN placer file)")  # fmt: skip
-    pl.add_argument("--model", help="trained model file for --method dreamshard "
-                    "(dreamshard train writes DIR/model.pt)")  # fmt: skip
+    pl.add_argument("--model", help="trained model for --method dreamshard: a model file "
+                    "(dreamshard train writes DIR/model.pt) or a registered MLflow model such "
+                    "as models:/dreamshard-policy@champion (tracking URI: $MLFLOW_TRACKING_URI, "
+                    "else .dreamshard/mlflow.db)")  # fmt: skip
     pl.add_argument("--samples", type=int, default=8,
                     help="dreamshard: sampled placements weighed against the greedy one and "
                     "the heuristics by the cost network (default 8; 0: greedy only, as the "
@@ -205,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument("--out", help="write the plan JSON here")
+    pl.add_argument("--format", choices=["dreamshard", "torchrec"], default="dreamshard",
+                    help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
+                    "sharding plan as JSON (docs/torchrec.md)")  # fmt: skip
+    pl.add_argument("--module-path", default="embedding_bags",
+                    help="--format torchrec: the EmbeddingBagCollection's path in the model "
+                    "(default embedding_bags)")  # fmt: skip
     table_source_options(pl)
     pl.set_defaults(func=cmd_place)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dreamshard.costs import CostBackend
+from dreamshard.costs import CostBackend, PlacementCost
 from dreamshard.dataset import CostDataset, measurement_key
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.planners import HEURISTIC_KEYS, place
@@ -52,6 +52,24 @@ class CollectSummary:
     measured: int = 0
     skipped: int = 0
     errors: int = 0
+
+
+def measure_and_store(
+    job: Job, backend: CostBackend, dataset: CostDataset, suite_name: str = ""
+) -> tuple[PlacementCost, bool]:
+    """The job's cost, from the dataset when stored, else measured and appended.
+
+    Returns (cost, measured now). A failed measurement raises and stores nothing, so a caller
+    that retries (a Prefect task) gets a clean second try.
+    """
+    config = backend.config()
+    key = measurement_key(job.task, job.placement, config, job.round)
+    stored = dataset.stored_cost(key)
+    if stored is not None:
+        return stored, False
+    cost = backend.measure(job.task, job.placement)
+    dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
+    return cost, True
 
 
 def collect(

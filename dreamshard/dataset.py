@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from dreamshard.costs import COST_TERMS, PlacementCost
+from dreamshard.costs import COST_TERMS, DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.table_io import table_from_record, table_to_dict
 from dreamshard.tasks import Placement, PlacementTask
@@ -144,6 +144,16 @@ class CostDataset:
             f"INSERT OR IGNORE INTO measurements ({names}) VALUES ({marks})", list(record.values())
         )
         return cursor.rowcount == 1
+
+    def stored_cost(self, key: str) -> PlacementCost | None:
+        """The cost stored under `key`, or None when it was never measured successfully."""
+        row = self._db.execute(
+            "SELECT costs, backend, comm FROM measurements WHERE key = ? AND status = 'ok'", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        devices = tuple(DeviceCost(**d) for d in json.loads(row["costs"]))
+        return PlacementCost(devices, row["backend"], row["comm"])
 
     def rows(self, status: str = "ok", backend: str | None = None) -> list[sqlite3.Row]:
         query = "SELECT * FROM measurements WHERE status = ?"

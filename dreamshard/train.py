@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +21,12 @@ from dreamshard.backends import make_backend
 from dreamshard.collect import Job, collect, collection_jobs
 from dreamshard.costnet import CostNet
 from dreamshard.dataset import CostDataset
+from dreamshard.errors import DreamshardError
 from dreamshard.examples import Example, load_examples
-from dreamshard.fit import fit_costnet
+from dreamshard.fit import costnet_errors, fit_costnet
 from dreamshard.model_io import (
     DreamShardModel,
+    load_model,
     model_from_state,
     model_state,
     read_torch_file,
@@ -53,6 +55,11 @@ class TrainState:
 def fresh_state(config: TrainConfig) -> TrainState:
     torch.manual_seed(config.seed)
     costnet, policy = CostNet(), PlacementPolicy(table_aware=config.table_aware)
+    if config.init_model:
+        start = load_model(config.init_model)
+        costnet.load_state_dict(start.costnet.state_dict())
+        if start.policy.config == policy.config:
+            policy.load_state_dict(start.policy.state_dict())
     return TrainState(
         0,
         costnet,
@@ -158,13 +165,43 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def train(config: TrainConfig, log=_say) -> DreamShardModel:
+def dataset_path(config: TrainConfig) -> Path:
+    return Path(config.dataset) if config.dataset else Path(config.out) / "costs.sqlite"
+
+
+def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
+    """Fit a fresh cost network on the dataset alone (no policy training, no measuring).
+
+    The last `holdout` share of the measurements (by time) is kept out of the fit and scored.
+    Returns (model with an untrained policy, per-step losses, held-out errors).
+    """
+    backend = make_backend(config.backend, config.measure_iterations)
+    examples = load_examples(CostDataset(dataset_path(config)), backend.config())
+    if len(examples) < 5:
+        raise DreamshardError(
+            f"{dataset_path(config)} holds {len(examples)} measurements on this backend's "
+            "settings; collect at least 5 first (dreamshard collect)"
+        )
+    cut = len(examples) - max(1, int(len(examples) * holdout))
+    state = fresh_state(config)
+    fit_config = replace(config, iterations=1)
+    losses = fit_costnet(state, fit_config, examples[:cut])
+    errors = costnet_errors(state.costnet, examples[cut:])
+    log(f"cost network: {config.costnet_steps} steps on {cut} measurements, held-out overall "
+        f"MAPE {errors['overall_mape']:.1%} on {len(examples) - cut}")  # fmt: skip
+    metadata = {"suite": config.suite, "backend": backend.config(), "config": asdict(config),
+                "examples": len(examples), "errors": errors}  # fmt: skip
+    return DreamShardModel(state.costnet, state.policy, metadata), losses, errors
+
+
+def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
+    """The alternating loop; `on_iteration(record, costnet_losses, policy_rewards)` sees each."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
     tasks = make_suite(spec).train_tasks
     backend = make_backend(config.backend, config.measure_iterations)
-    dataset = CostDataset(out / "costs.sqlite")
+    dataset = CostDataset(dataset_path(config))
     checkpoint = out / "checkpoint.pt"
     state = load_checkpoint(checkpoint, config) if checkpoint.exists() else fresh_state(config)
     if state.iteration:
@@ -195,6 +232,8 @@ def train(config: TrainConfig, log=_say) -> DreamShardModel:
             "seconds": time.monotonic() - start,
         }
         state.history.append(record)
+        if on_iteration is not None:
+            on_iteration(record, losses, rewards)
         save_checkpoint(state, config, checkpoint)
         save_checkpoint(state, config, out / "checkpoints" / f"iter-{state.iteration:03d}.pt")
         log(

@@ -23,3 +23,5 @@ class TrainConfig:
     train_tasks: int = 50
     measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
     seed: int = 0
+    dataset: str = ""  # cost dataset (default OUT/costs.sqlite)
+    init_model: str = ""  # start from this model file's cost network and policy

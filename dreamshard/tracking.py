@@ -1,0 +1,203 @@
+"""MLflow: where runs go, one experiment per suite, and the model registry placement loads from.
+
+The library's only MLflow module. By default tracking and the registry live in sqlite under the
+state folder (`.dreamshard/mlflow.db`, artifacts in `.dreamshard/mlartifacts/`); set
+`MLFLOW_TRACKING_URI` (or pass a URI) to use a team's server. A model is registered as an MLflow
+pyfunc model wrapping our model file: `mlflow.pyfunc.load_model(...)` places tables for anyone,
+and `load_registered_model` gives our own classes back.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+import mlflow  # noqa: E402
+import mlflow.pyfunc  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+from dreamshard.dataset import hardware, versions  # noqa: E402
+from dreamshard.errors import DreamshardError  # noqa: E402
+from dreamshard.model_io import DreamShardModel, load_model  # noqa: E402
+from dreamshard.state import state_dir  # noqa: E402
+from dreamshard.tables import Table  # noqa: E402
+from dreamshard.tasks import Placement, PlacementTask  # noqa: E402
+
+POLICY_MODEL = "dreamshard-policy"
+COSTNET_MODEL = "dreamshard-costnet"
+CHAMPION, CANDIDATE = "champion", "candidate"
+
+
+def default_tracking_uri() -> str:
+    return f"sqlite:///{state_dir() / 'mlflow.db'}"
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def is_local(uri: str) -> bool:
+    return uri.startswith(("sqlite:", "file:")) or "://" not in uri
+
+
+def connect(uri: str | None = None) -> MlflowClient:
+    """Point MLflow at `uri` (default: the local sqlite store) and check that it answers."""
+    uri = tracking_uri(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    client = MlflowClient(uri, uri)
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001  (network, auth and schema errors all mean "can't use it")
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise DreamshardError(f"MLflow tracking URI {uri} cannot be used: {first}") from None
+    return client
+
+
+def experiment_name(suite: str) -> str:
+    return f"dreamshard-{suite}"
+
+
+def use_experiment(suite: str) -> str:
+    """The suite's experiment (created on first use), made the active one; returns its id."""
+    name = experiment_name(suite)
+    found = mlflow.get_experiment_by_name(name)
+    if found is None:
+        location = None
+        if is_local(mlflow.get_tracking_uri()):  # keep artifacts in the state folder, not ./mlruns
+            location = (state_dir() / "mlartifacts" / name).as_uri()
+        experiment_id = mlflow.create_experiment(name, artifact_location=location)
+    else:
+        experiment_id = found.experiment_id
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
+def run_tags() -> dict[str, str]:
+    """Hardware and library versions, for every run."""
+    tags = {"hardware": hardware()}
+    tags.update({f"version.{k}": v for k, v in versions().items()})
+    return tags
+
+
+# --- the registered model flavour -------------------------------------------------------------
+
+TABLE_COLUMNS = ("name", "rows", "dim", "pooling_factor")
+
+
+def tables_from_frame(frame: pd.DataFrame) -> tuple[Table, ...]:
+    """Tables from a model input frame: name, rows, dim, pooling_factor (histogram: default)."""
+    missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise DreamshardError(f"model input lacks column(s) {', '.join(missing)}")
+    return tuple(
+        Table(str(r["name"]), int(r["rows"]), int(r["dim"]), float(r["pooling_factor"]))
+        for r in frame.to_dict("records")
+    )
+
+
+class PlacementModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper of a dreamshard model file.
+
+    kind "policy": input one row per table, params num_devices, memory_cap_bytes, precision;
+    output the device of each table. kind "costnet": the same rows with a `device` column;
+    output the predicted per-device costs (ms) and, in every row, the overall cost.
+    """
+
+    def __init__(self, kind: str = "policy"):
+        self.kind = kind
+        self.model: DreamShardModel | None = None
+
+    def load_context(self, context) -> None:
+        self.model = load_model(context.artifacts["model"])
+
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None):
+        from dreamshard.learned import dreamshard_place
+
+        params = {**DEFAULT_PARAMS, **(params or {})}
+        task = PlacementTask(tables_from_frame(model_input), int(params["num_devices"]),
+                             int(params["memory_cap_bytes"]), str(params["precision"]))  # fmt: skip
+        if self.kind == "policy":
+            placement = dreamshard_place(task, self.model, int(params["samples"]))
+            return pd.DataFrame({"name": model_input["name"], "device": placement.devices})
+        placement = Placement(tuple(int(d) for d in model_input["device"]), "given")
+        devices, overall = self.model.costnet.predict_ms(task, placement)
+        frame = pd.DataFrame(devices, columns=["fwd_comp", "bwd_comm", "bwd_comp"])
+        frame.insert(0, "device", range(len(frame)))
+        frame["overall"] = overall
+        return frame
+
+
+DEFAULT_PARAMS = {"num_devices": 4, "memory_cap_bytes": 2**30, "precision": "fp16", "samples": 8}
+
+
+def _example(kind: str) -> pd.DataFrame:
+    frame = pd.DataFrame({"name": ["t0", "t1"], "rows": [100000, 5000], "dim": [64, 16],
+                          "pooling_factor": [12.0, 1.0]})  # fmt: skip
+    if kind == "costnet":
+        frame["device"] = [0, 1]
+    return frame
+
+
+def log_registered_model(model_path: str | Path, name: str, kind: str, tags: dict) -> str:
+    """Log the model file under the active run, register it as `name`; returns the version."""
+    from mlflow.models import infer_signature
+
+    wrapper = PlacementModel(kind)
+    wrapper.model = load_model(model_path)
+    example = _example(kind)
+    signature = infer_signature(example, wrapper.predict(None, example), params=DEFAULT_PARAMS)
+    requirements = [f"{p}=={version(p)}" for p in ("torch", "numpy", "pandas", "mlflow")]
+    info = mlflow.pyfunc.log_model(
+        name=kind,
+        python_model=wrapper,
+        artifacts={"model": str(model_path)},
+        pip_requirements=requirements,
+        signature=signature,
+        input_example=(example, DEFAULT_PARAMS),
+        registered_model_name=name,
+    )
+    model_version = str(info.registered_model_version)
+    client = MlflowClient()
+    for key, value in tags.items():
+        client.set_model_version_tag(name, model_version, key, str(value))
+    return model_version
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    """The version `name@alias` points at, or None."""
+    try:
+        return MlflowClient().get_model_version_by_alias(name, alias).version
+    except MlflowException:
+        return None
+
+
+def set_alias(name: str, alias: str, model_version: str) -> None:
+    MlflowClient().set_registered_model_alias(name, alias, model_version)
+
+
+def is_model_uri(text: str) -> bool:
+    return text.startswith(("models:/", "runs:/"))
+
+
+def load_registered_model(uri: str, tracking: str | None = None) -> DreamShardModel:
+    """Our model classes from `models:/name@alias`, `models:/name/3` or `runs:/id/policy`."""
+    connect(tracking)
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except MlflowException as exc:
+        first = exc.message.strip().splitlines()[0][:200]
+        raise DreamshardError(
+            f"{uri}: no such registered model, version or alias ({first})"
+        ) from None
+    found = sorted(local.rglob("*.pt"))
+    if not found:
+        raise DreamshardError(f"{uri} holds no model file: is it a dreamshard model?")
+    return load_model(found[0])

@@ -1,0 +1,47 @@
+"""Flow `collect-costs`: measure placements of a suite's training tasks into the cost dataset."""
+
+from __future__ import annotations
+
+import mlflow
+from prefect import flow
+
+from dreamshard.collect import collection_jobs
+from dreamshard.report import markdown_table
+from dreamshard.suites import make_suite, parse_suite_name
+from flows.common import measure_job, mlflow_run, publish, work_dir
+
+
+@flow(name="collect-costs", log_prints=True)
+def collect_costs(
+    suite: str = "cpu-50x4",
+    backend: str = "fbgemm",
+    placements: int = 20,
+    mix: str = "mixed",
+    out: str | None = None,
+    parent_run_id: str | None = None,
+) -> dict:
+    """Measure `placements` heuristic and random placements (each one a retried task).
+
+    What the dataset holds already is read back, not measured again, so a re-run after a crash
+    measures only what is missing.
+    """
+    dataset = str(work_dir(suite, out) / "costs.sqlite")
+    params = {"suite": suite, "backend": backend, "placements": placements, "mix": mix,
+              "dataset": dataset}  # fmt: skip
+    with mlflow_run("collect-costs", suite, params, parent_run_id):
+        spec = parse_suite_name(suite, num_test_tasks=1)
+        jobs = list(collection_jobs(make_suite(spec), placements, mix))
+        counts = {"measured": 0, "stored": 0, "failed": 0}
+        for job in jobs:
+            state = measure_job(job, backend, dataset, suite, return_state=True)
+            if state.is_completed():
+                counts["measured" if state.result()[1] else "stored"] += 1
+            else:
+                counts["failed"] += 1
+        mlflow.log_metrics({f"placements_{k}": v for k, v in counts.items()})
+        print(f"collect-costs {suite}: {counts['measured']} measured, {counts['stored']} "
+              f"already stored, {counts['failed']} failed after retries")  # fmt: skip
+        publish(f"collect-costs-{suite}", f"Cost collection, {suite} on {backend}",
+                markdown_table(["placements", "measured now", "already stored", "failed"],
+                               [[len(jobs), *counts.values()]]))  # fmt: skip
+    return {"dataset": dataset, **counts}

@@ -1,0 +1,76 @@
+"""What every flow shares: its MLflow run, its Prefect artifact, the measuring task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+import mlflow
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from dreamshard.backends import make_backend
+from dreamshard.collect import Job, measure_and_store
+from dreamshard.costs import CostBackend, PlacementCost
+from dreamshard.dataset import CostDataset
+from dreamshard.state import state_dir
+from dreamshard.tracking import connect, run_tags, use_experiment
+
+MEASURE_RETRIES = 2
+MEASURE_TIMEOUT_S = 600
+
+
+def work_dir(suite: str, out: str | None = None) -> Path:
+    """A pipeline's dataset and models (default .dreamshard/pipeline/SUITE)."""
+    path = Path(out) if out else state_dir() / "pipeline" / suite
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+@contextmanager
+def mlflow_run(
+    name: str, suite: str, params: dict, parent_run_id: str | None = None
+) -> Iterator[mlflow.ActiveRun]:
+    """An MLflow run in the suite's experiment, nested under `parent_run_id` when given."""
+    connect()
+    use_experiment(suite)
+    tags = {**run_tags(), "suite": suite, "flow": name}
+    with mlflow.start_run(run_name=name, nested=parent_run_id is not None,
+                          parent_run_id=parent_run_id, tags=tags) as run:  # fmt: skip
+        mlflow.log_params(params)
+        yield run
+
+
+def publish(key: str, title: str, markdown: str) -> None:
+    """A Prefect markdown artifact, and the same text as an MLflow artifact of the active run."""
+    text = f"## {title}\n\n{markdown}\n"
+    create_markdown_artifact(key=key, markdown=text, description=title)
+    mlflow.log_text(text, f"{key}.md")
+
+
+@cache
+def backend_for(name: str, iterations: int | None = None) -> CostBackend:
+    """One backend object per process and settings (the fbgemm one warms up once)."""
+    return make_backend(name, iterations)
+
+
+@task(
+    retries=MEASURE_RETRIES,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    timeout_seconds=MEASURE_TIMEOUT_S,
+    cache_policy=NO_CACHE,
+    task_run_name="measure {job.task.name} {job.placement.method} round {job.round}",
+)
+def measure_job(
+    job: Job, backend: str, dataset: str, suite: str, iterations: int | None = None
+) -> tuple[PlacementCost, bool]:
+    """The job's cost from the dataset, else measured and stored; (cost, measured now)."""
+    store = CostDataset(dataset)
+    try:
+        return measure_and_store(job, backend_for(backend, iterations), store, suite)
+    finally:
+        store.close()

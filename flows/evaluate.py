@@ -1,0 +1,110 @@
+"""Flow `evaluate`: every planner on held-out tasks, measured; promotes the candidate or not.
+
+Planners: random, the four heuristics, the candidate model and the current champion. The
+candidate becomes `champion` (in both registered models) only when its measured cost beats the
+champion's on these tasks (paired geometric mean ratio below 1); otherwise it is `candidate`.
+"""
+
+from __future__ import annotations
+
+import mlflow
+from prefect import flow
+
+from dreamshard.collect import Job
+from dreamshard.dataset import CostDataset
+from dreamshard.evaluate import Evaluation, evaluate, summary_table
+from dreamshard.learned import dreamshard_place
+from dreamshard.planners import PLANNERS
+from dreamshard.report import markdown_table
+from dreamshard.suites import make_suite, parse_suite_name
+from dreamshard.tracking import (
+    CANDIDATE,
+    CHAMPION,
+    COSTNET_MODEL,
+    POLICY_MODEL,
+    alias_version,
+    load_registered_model,
+    set_alias,
+)
+from flows.common import backend_for, measure_job, mlflow_run, publish, work_dir
+
+
+def model_planner(model, samples: int):
+    return lambda task: dreamshard_place(task, model, samples)
+
+
+def predictions(evaluation: Evaluation, model) -> list[dict]:
+    """The candidate cost network's prediction beside the measured mean, per placement."""
+    rows = []
+    for t, task in enumerate(evaluation.tasks):
+        for j, planner in enumerate(evaluation.planners):
+            placement = evaluation.placements[t][j]
+            devices, overall = model.costnet.predict_ms(task, placement)
+            rows.append({"task": task.name, "planner": planner,
+                         "predicted_overall_ms": overall,
+                         "measured_overall_ms": float(evaluation.costs[:, t, j].mean()),
+                         "predicted_devices_ms": devices.tolist(),
+                         "measured_devices_ms": evaluation.breakdowns[t][j]})  # fmt: skip
+    return rows
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate_models(
+    suite: str = "cpu-50x4",
+    backend: str = "fbgemm",
+    candidate: dict | None = None,
+    tasks: int = 5,
+    rounds: int = 3,
+    samples: int = 8,
+    out: str | None = None,
+    parent_run_id: str | None = None,
+) -> dict:
+    """Measure every planner on `tasks` held-out tasks in `rounds` interleaved rounds.
+
+    `candidate`: registered versions {"policy": "3", "costnet": "3"} (default: the latest
+    `candidate` alias). Returns the summary and the promotion decision.
+    """
+    folder = work_dir(suite, out)
+    dataset = str(folder / "costs.sqlite")
+    if candidate is None:
+        candidate = {"policy": alias_version(POLICY_MODEL, CANDIDATE),
+                     "costnet": alias_version(COSTNET_MODEL, CANDIDATE)}  # fmt: skip
+    params = {"suite": suite, "backend": backend, "tasks": tasks, "rounds": rounds,
+              "samples": samples, "candidate_version": candidate["policy"]}  # fmt: skip
+    with mlflow_run("evaluate", suite, params, parent_run_id):
+        candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
+        champion = alias_version(POLICY_MODEL, CHAMPION)
+        planners = {name: (lambda task, name=name: PLANNERS[name](task, 0)) for name in PLANNERS}
+        planners["candidate"] = model_planner(candidate_model, samples)
+        if champion is not None and champion != candidate["policy"]:
+            champion_model = load_registered_model(f"models:/{POLICY_MODEL}@{CHAMPION}")
+            planners["champion"] = model_planner(champion_model, samples)
+        spec = parse_suite_name(suite, num_train_tasks=1, num_test_tasks=tasks)
+        test_tasks = make_suite(spec).test_tasks
+
+        def measure(job: Job):
+            return measure_job(job, backend, dataset, suite)[0]
+
+        evaluation = evaluate(test_tasks, planners, backend_for(backend), CostDataset(dataset),
+                              rounds, suite, measure=measure)  # fmt: skip
+        promote = "champion" not in planners or evaluation.paired_ratio(
+            "candidate", "champion") < 1.0  # fmt: skip
+        alias = CHAMPION if promote else CANDIDATE
+        set_alias(POLICY_MODEL, alias, candidate["policy"])
+        set_alias(COSTNET_MODEL, alias, candidate["costnet"])
+        summary = evaluation.summary_rows()
+        for row in summary:
+            for key in ("vs_strongest_heuristic", "vs_best_heuristic", "mean_cost_ms"):
+                mlflow.log_metric(f"{row['planner']}.{key}", row[key])
+        mlflow.set_tags({"strongest_heuristic": evaluation.strongest_heuristic(),
+                         "promoted": str(promote), "alias": alias})  # fmt: skip
+        mlflow.log_dict(evaluation.to_dict(), "evaluation.json")
+        mlflow.log_dict({"rows": predictions(evaluation, candidate_model)}, "predictions.json")
+        header, rows = summary_table(evaluation)
+        table = markdown_table(header, rows)
+        verdict = (f"candidate version {candidate['policy']} is now **{alias}**"
+                   + (f" (champion was version {champion})" if champion else ""))  # fmt: skip
+        publish(f"evaluate-{suite}", f"Evaluation on {len(test_tasks)} held-out {suite} tasks, "
+                f"{rounds} interleaved rounds, {backend}", f"{table}\n\n{verdict}")  # fmt: skip
+    return {"summary": summary, "alias": alias, "promoted": promote, "champion_before": champion,
+            "candidate": candidate, "table": (header, rows)}  # fmt: skip
