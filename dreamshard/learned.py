@@ -50,6 +50,13 @@ def dreamshard_place(
 
 
 def resolve_model(model: DreamShardModel | str | None) -> DreamShardModel:
+    """A model object as is; a path to a model file; or an MLflow URI (`models:/name@alias`)."""
     if model is None:
         raise DreamshardError("method dreamshard needs a trained model: pass --model PATH")
-    return load_model(model) if isinstance(model, str) else model
+    if not isinstance(model, str):
+        return model
+    if model.startswith(("models:/", "runs:/")):
+        from dreamshard.tracking import load_registered_model
+
+        return load_registered_model(model)
+    return load_model(model)
