@@ -3,17 +3,36 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint
+.PHONY: pipeline demo test lint torchrec mlflow-ui
 
 $(BIN)/dreamshard: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
 	touch $@
 
+# The main job: collect costs, train, evaluate, as one Prefect flow run tracked in MLflow.
+pipeline: $(BIN)/dreamshard
+	$(BIN)/python -m flows.pipeline
+
 demo: $(BIN)/dreamshard
 	$(BIN)/dreamshard demo
 
-test: $(BIN)/dreamshard
+# MLflow's UI over the project's local store (runs, metrics, artifacts, registered models).
+mlflow-ui: $(BIN)/dreamshard
+	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow ui --host 127.0.0.1 --port 5000 \
+		--backend-store-uri sqlite:///$(CURDIR)/.dreamshard/mlflow.db
+
+# TorchRec (optional: --method torchrec, round-trip tests) without the CUDA fbgemm a plain
+# install pulls: its dependencies pinned first, then torchrec itself with --no-deps.
+$(VENV)/.torchrec: $(BIN)/dreamshard
+	$(BIN)/python -m pip install --quiet --progress-bar off tensordict==0.15.3 \
+		torchmetrics==1.0.3 pyre-extensions==0.0.32 tqdm==4.70.1
+	$(BIN)/python -m pip install --quiet --progress-bar off --no-deps torchrec==1.8.0
+	touch $@
+
+torchrec: $(VENV)/.torchrec
+
+test: $(BIN)/dreamshard $(VENV)/.torchrec
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/dreamshard

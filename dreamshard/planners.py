@@ -65,7 +65,8 @@ PLANNERS: dict[str, Planner] = {
 
 
 LEARNED = ("dreamshard", "dreamshard_search", "rnn")  # planners that need a trained model
-METHODS = (*PLANNERS, *LEARNED)
+EXTERNAL = ("torchrec",)  # planners from an optional package (`make torchrec`)
+METHODS = (*PLANNERS, *LEARNED, *EXTERNAL)
 
 
 def place(
@@ -76,7 +77,8 @@ def place(
     `model` (a DreamShardModel or a model file path) is needed by `dreamshard`, which also
     takes `samples`, the sampled placements it weighs against its greedy one (0: greedy only),
     and by `dreamshard_search` (its placement refined by local search on the cost network);
-    `rnn` needs an RnnPlacer or its file (`dreamshard train-rnn`) instead.
+    `rnn` needs an RnnPlacer or its file (`dreamshard train-rnn`) instead. `torchrec` runs
+    TorchRec's planner (optional package) and raises DreamshardError when TorchRec rejects the task.
     """
     if method not in METHODS:
         raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -94,4 +96,8 @@ def place(
         from dreamshard.rnn import resolve_rnn, rnn_place
 
         return rnn_place(task, resolve_rnn(model), seed)
+    if method == "torchrec":
+        from dreamshard.torchrec_planner import torchrec_place
+
+        return torchrec_place(task, seed)
     return PLANNERS[method](task, seed)
