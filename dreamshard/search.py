@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from dreamshard.learned import dreamshard_place, predicted_overall
+from dreamshard.features import feature_matrix
+from dreamshard.learned import dreamshard_place
 from dreamshard.model_io import DreamShardModel
 from dreamshard.tasks import Placement, PlacementTask, device_memory
 
@@ -43,8 +45,26 @@ class SearchResult:
 
 
 def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
-    """The cost network's predicted overall cost (ms) of placements of `task`."""
-    return lambda placements: predicted_overall(model, task, placements)
+    """The cost network's predicted overall cost (ms) of placements of `task`.
+
+    The same numbers as `predicted_overall`, but the tables are encoded once, not once per
+    candidate: a candidate costs only its devices' sums and the overall head.
+    """
+    costnet, d = model.costnet, task.num_devices
+    with torch.no_grad():
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+
+    @torch.no_grad()
+    def score(placements: Sequence[Placement]) -> list[float]:
+        n = len(placements)
+        devices = torch.tensor([p.devices for p in placements], dtype=torch.long)
+        device_index = (devices + d * torch.arange(n)[:, None]).reshape(-1)
+        vectors = encoded.new_zeros(n * d, encoded.shape[1])
+        vectors = vectors.index_add(0, device_index, encoded.repeat(n, 1))
+        overall = costnet.overall(vectors, torch.arange(n).repeat_interleave(d), n)
+        return (overall * costnet.scale).tolist()
+
+    return score
 
 
 def legal_neighbours(task: PlacementTask, devices: np.ndarray) -> np.ndarray:

@@ -1,0 +1,88 @@
+"""Exact references: the MILP's optimum and the lower bounds, under an additive per-table cost."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_planners import legal_placement_exists, make_task
+from test_planners import tasks as small_tasks
+
+from dreamshard.bounds import additive_makespan, lower_bounds
+from dreamshard.errors import InfeasibleError
+from dreamshard.milp import solve_milp
+from dreamshard.planners import PLANNERS, heuristic_keys, place
+from dreamshard.tasks import Placement, is_legal
+
+costs = st.lists(st.floats(0.0, 100.0), min_size=7, max_size=7)
+
+
+def brute_force_optimum(task, table_costs):
+    """The least additive makespan over every legal placement (None when none is legal)."""
+    best = None
+    for devices in itertools.product(range(task.num_devices), repeat=len(task.tables)):
+        placement = Placement(devices)
+        if is_legal(task, placement):
+            value = additive_makespan(table_costs, placement, task.num_devices)
+            best = value if best is None else min(best, value)
+    return best
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=small_tasks, raw_costs=costs)
+def test_the_milp_finds_the_brute_force_optimum_within_memory(task, raw_costs):
+    table_costs = np.array(raw_costs[: len(task.tables)])
+    result = solve_milp(task, table_costs, rel_gap=0.0)
+    optimum = brute_force_optimum(task, table_costs)
+    if optimum is None:
+        assert result.status == "infeasible" and result.placement is None
+        return
+    assert result.status == "optimal" and is_legal(task, result.placement)
+    assert result.objective == pytest.approx(optimum, rel=1e-6, abs=1e-9)
+    assert result.bound <= result.objective and result.gap <= 1e-6
+    assert lower_bounds(table_costs, task.num_devices).best <= optimum + 1e-9
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=small_tasks, seed=st.integers(0, 2**16))
+def test_no_planner_beats_the_milp_or_a_lower_bound_on_its_additive_cost(task, seed):
+    if not legal_placement_exists(task):
+        return
+    placements = {method: place(task, method, seed) for method in PLANNERS}
+    for key in ("dim", "size", "lookup", "size_lookup"):
+        table_costs = heuristic_keys(task, key)
+        result = solve_milp(task, table_costs, rel_gap=0.0)
+        assert result.status == "optimal" and is_legal(task, result.placement)
+        bounds = lower_bounds(table_costs, task.num_devices)
+        for bound in (bounds.average, bounds.largest, bounds.pigeonhole):
+            assert bound <= result.objective * (1 + 1e-9)
+        for method, placement in placements.items():
+            value = additive_makespan(table_costs, placement, task.num_devices)
+            assert result.objective <= value * (1 + 1e-9), f"{method} beat the MILP on {key}"
+            assert bounds.best <= value * (1 + 1e-9)
+
+
+def test_each_bound_is_the_tight_one_somewhere():
+    assert lower_bounds(np.array([3.0, 3.0, 3.0]), 2).pigeonhole == 6.0  # two share a device
+    assert lower_bounds(np.array([10.0, 1.0, 1.0]), 2).best == 10.0  # the largest table
+    assert lower_bounds(np.array([2.0] * 8), 2).best == 8.0  # the average load
+
+
+def test_a_larger_task_reports_its_time_limit_and_gap():
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 40, 24).tolist()
+    task = make_task(sizes, 4, int(sum(sizes) / 4 * 1.3) + 1)
+    table_costs = rng.uniform(1, 100, 24)
+    result = solve_milp(task, table_costs, time_limit_s=0.5)
+    assert result.status in ("optimal", "time_limit") and is_legal(task, result.placement)
+    assert 0 <= result.gap < 1 and result.bound <= result.objective
+    assert result.bound >= lower_bounds(table_costs, 4).best * (1 - 1e-9)
+
+
+def test_infeasible_tasks_are_reported_not_placed():
+    task = make_task([30, 30, 30], 2, 40)
+    result = solve_milp(task, np.ones(3))
+    assert result.status == "infeasible" and result.placement is None
+    with pytest.raises(InfeasibleError):
+        place(task, "size")
