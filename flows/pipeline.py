@@ -14,6 +14,7 @@ from prefect import flow
 
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
+from dreamshard.tracking import connect
 from flows.collect_costs import collect_costs
 from flows.common import mlflow_run, work_dir
 from flows.evaluate import evaluate_models
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
+        connect()  # an unusable tracking URI stops here, before any work
         result = pipeline(**vars(args))
     except DreamshardError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,205 @@
+"""The Prefect pipeline with real MLflow (sqlite): runs, registry, promotion, faults, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+TINY = dict(suite="cpu-12x2", backend="simulated", warm_start=10, iterations=2,
+            placements_per_iteration=3, costnet_steps=40, policy_updates=3, episodes=4,
+            eval_tasks=2, rounds=2)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A fresh state folder (MLflow sqlite, datasets) for this module's pipeline runs."""
+    path = tmp_path_factory.mktemp("home")
+    saved = {k: os.environ.get(k) for k in ("DREAMSHARD_HOME", "MLFLOW_TRACKING_URI")}
+    os.environ["DREAMSHARD_HOME"] = str(path)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield path
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def harness(home):
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+@pytest.fixture(scope="module")
+def first_run(harness):
+    from flows.pipeline import pipeline
+
+    return pipeline(**TINY)
+
+
+def dataset_keys(path: Path, status: str = "ok") -> list[str]:
+    with sqlite3.connect(path) as db:
+        return [r[0] for r in db.execute("SELECT key FROM measurements WHERE status = ?",
+                                         (status,))]  # fmt: skip
+
+
+def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
+    from mlflow import MlflowClient
+
+    from dreamshard.tracking import tracking_uri
+
+    assert first_run["alias"] == "champion" and first_run["champion_before"] is None
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name("dreamshard-cpu-12x2")
+    runs = client.search_runs([experiment.experiment_id])
+    by_flow = {r.data.tags["flow"]: r for r in runs}
+    assert set(by_flow) == {"pipeline", "collect-costs", "train-cost-model", "train-policy",
+                            "evaluate"}  # fmt: skip
+    parent = by_flow["pipeline"].info.run_id
+    for name, run in by_flow.items():
+        assert run.info.status == "FINISHED"
+        assert "hardware" in run.data.tags and "version.torch" in run.data.tags
+        if name != "pipeline":
+            assert run.data.tags["mlflow.parentRunId"] == parent
+    losses = client.get_metric_history(by_flow["train-cost-model"].info.run_id, "costnet_loss")
+    assert len(losses) == TINY["costnet_steps"]
+    rewards = client.get_metric_history(by_flow["train-policy"].info.run_id, "policy_reward_ms")
+    assert len(rewards) == TINY["iterations"] * TINY["policy_updates"]
+    evaluation = client.list_artifacts(by_flow["evaluate"].info.run_id)
+    assert {"evaluation.json", "predictions.json"} <= {a.path for a in evaluation}
+    assert by_flow["evaluate"].data.metrics["size_lookup.mean_cost_ms"] > 0
+    version = client.get_model_version_by_alias("dreamshard-policy", "champion")
+    assert version.tags["suite"] == "cpu-12x2"
+    assert client.get_model_version_by_alias("dreamshard-costnet", "champion")
+
+
+def test_the_champion_places_tables_from_the_registry(first_run, home, tmp_path):
+    tables = tmp_path / "tables.json"
+    assert run_cli("tables", "generate", "--profile", "cpu", "--num-tables", "12", "--out",
+                   str(tables)).returncode == 0  # fmt: skip
+    plan = tmp_path / "plan.json"
+    done = run_cli("place", "--tables", str(tables), "--devices", "2", "--mem-gb", "1",
+                   "--method", "dreamshard", "--model", "models:/dreamshard-policy@champion",
+                   "--out", str(plan))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '"method": "dreamshard"' in plan.read_text()
+
+    from dreamshard import PlacementTask, place
+    from dreamshard.synthetic import generate_tables
+    from dreamshard.tasks import is_legal
+
+    task = PlacementTask(tuple(generate_tables("cpu", 20, seed=5)), 3, 2**30)
+    placement = place(task, "dreamshard", model="models:/dreamshard-policy@champion")
+    assert is_legal(task, placement)
+
+
+def test_a_rerun_measures_nothing_it_has_stored(first_run, home):
+    from flows.pipeline import pipeline
+
+    dataset = Path(first_run["work_dir"]) / "costs.sqlite"
+    before = dataset_keys(dataset)
+    second = pipeline(**TINY)
+    after = dataset_keys(dataset)
+    assert sorted(after) == sorted(before) and len(set(after)) == len(after)
+    # the same weights registered again cannot beat the champion: it stays a candidate
+    assert second["champion_before"] == first_run["candidate"]["policy"]
+    assert second["alias"] == "candidate"
+
+
+class FlakyBackend:
+    """The simulated backend, except that its first measurement fails."""
+
+    def __init__(self):
+        from dreamshard.backends import make_backend
+
+        self.inner, self.calls = make_backend("simulated"), 0
+        self.name = self.inner.name
+
+    def config(self):
+        return self.inner.config()
+
+    def measure(self, task, placement):
+        from dreamshard.fbgemm_backend import MeasurementError
+
+        self.calls += 1
+        if self.calls == 1:
+            raise MeasurementError("injected failure")
+        return self.inner.measure(task, placement)
+
+
+def test_a_failed_measurement_is_retried(harness, monkeypatch, tmp_path):
+    import flows.common
+    from flows.collect_costs import collect_costs
+
+    flaky = FlakyBackend()
+    monkeypatch.setattr(flows.common, "backend_for", lambda name, iterations=None: flaky)
+    result = collect_costs("cpu-10x2", "simulated", 6, out=str(tmp_path))
+    assert result["failed"] == 0 and result["measured"] + result["stored"] == 6
+    keys = dataset_keys(tmp_path / "costs.sqlite")
+    assert len(keys) == result["measured"] == len(set(keys))
+    assert dataset_keys(tmp_path / "costs.sqlite", status="error") == []
+    assert flaky.calls == result["measured"] + 1
+
+
+def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
+    from flows.collect_costs import collect_costs
+
+    dataset = tmp_path / "costs.sqlite"
+    program = ("from flows.collect_costs import collect_costs; "
+               f"collect_costs('cpu-12x2', 'fbgemm', 40, out={str(tmp_path)!r})")  # fmt: skip
+    env = {**os.environ, "DREAMSHARD_HOME": str(tmp_path / "home")}
+    child = subprocess.Popen([sys.executable, "-c", program], env=env, cwd=Path.cwd(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None:
+            if dataset.exists() and len(dataset_keys(dataset)) >= 3:
+                break
+            time.sleep(0.2)
+        assert child.poll() is None, "the collection finished before it could be killed"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    stored = len(dataset_keys(dataset))
+    assert 3 <= stored < 40
+    result = collect_costs("cpu-12x2", "fbgemm", 40, out=str(tmp_path))
+    keys = dataset_keys(dataset)
+    assert len(keys) == len(set(keys)) == stored + result["measured"]
+    assert result["stored"] >= stored and result["failed"] == 0
+
+
+def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
+    tables = tmp_path / "tables.json"
+    cli("tables", "generate", "--profile", "cpu", "--num-tables", "6", "--out", str(tables))
+    place = ["place", "--tables", str(tables), "--devices", "2", "--mem-gb", "1", "--method",
+             "dreamshard", "--model"]  # fmt: skip
+    env_home = {"DREAMSHARD_HOME": str(tmp_path / "home")}
+    cases = [
+        ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, "models:/dreamshard-policy@champion"),
+        (env_home, "models:/dreamshard-policy@champion"),
+        (env_home, "models:/no-such-model/3"),
+    ]
+    script = str(Path(sys.executable).parent / "dreamshard")
+    for env, uri in cases:
+        done = subprocess.run([script, *place, uri], capture_output=True, text=True,
+                              env={**os.environ, **env})  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "flows.pipeline"], capture_output=True,
+                          text=True, env={**os.environ, "MLFLOW_TRACKING_URI":
+                                          "http://127.0.0.1:9"})  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot be used" in lines[0]
