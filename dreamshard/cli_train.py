@@ -10,6 +10,24 @@ from dreamshard.rnn_config import RnnTrainConfig
 from dreamshard.train_config import TrainConfig
 
 
+def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
+    """--learning-rate and --entropy-weight, shared by the policy's and the RNN's training."""
+    parser.add_argument(
+        "--learning-rate",
+        dest="learning_rate",
+        type=positive(float),
+        default=defaults.learning_rate,
+        help=f"Adam, decaying linearly (default {defaults.learning_rate:g})",
+    )
+    parser.add_argument(
+        "--entropy-weight",
+        dest="entropy_weight",
+        type=float,
+        default=defaults.entropy_weight,
+        help=f"default {defaults.entropy_weight:g}",
+    )
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from dreamshard.train import train
 
@@ -43,20 +61,7 @@ def add_train_command(sub) -> None:
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int)
                         if name != "warm_start" else int, default=value,
                         help=f"{help_text} (default {value})")  # fmt: skip
-    tr.add_argument(
-        "--learning-rate",
-        dest="learning_rate",
-        type=positive(float),
-        default=defaults.learning_rate,
-        help="Adam, decaying linearly (default 5e-4)",
-    )
-    tr.add_argument(
-        "--entropy-weight",
-        dest="entropy_weight",
-        type=float,
-        default=defaults.entropy_weight,
-        help="default 1e-3",
-    )
+    reinforce_options(tr, defaults)
     tr.add_argument(
         "--table-aware",
         dest="table_aware",
@@ -112,19 +117,6 @@ def add_train_rnn_command(sub) -> None:
         value = getattr(defaults, name)
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int),
                         default=value, help=f"{help_text} (default {value})")  # fmt: skip
-    tr.add_argument(
-        "--learning-rate",
-        dest="learning_rate",
-        type=positive(float),
-        default=defaults.learning_rate,
-        help="Adam, decaying linearly (default 5e-4)",
-    )
-    tr.add_argument(
-        "--entropy-weight",
-        dest="entropy_weight",
-        type=float,
-        default=defaults.entropy_weight,
-        help="default 1e-3",
-    )
+    reinforce_options(tr, defaults)
     tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     tr.set_defaults(func=cmd_train_rnn)
