@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dreamshard.errors import DreamshardError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -39,3 +41,14 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """A JSON file's content; a missing or unreadable file is a DreamshardError naming `what`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DreamshardError(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise DreamshardError(f"cannot read {what} {path}: {exc}") from None

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from dreamshard.errors import DreamshardError
-from dreamshard.files import write_json_atomic
+from dreamshard.files import read_json, write_json_atomic
 from dreamshard.tasks import Placement, PlacementTask, check_legal, device_memory
 
 PLAN_FORMAT = "dreamshard-plan"
@@ -41,13 +40,7 @@ def write_plan(task: PlacementTask, placement: Placement, path: str | Path) -> N
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DreamshardError(f"plan file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise DreamshardError(f"cannot read plan file {path}: {exc}") from None
+    data = read_json(path, "plan file")
     if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
         raise DreamshardError(f"{path} is not a plan: it has no 'placement' object")
     return data

@@ -14,12 +14,11 @@ torchrec installed; turning it into a `ShardingPlan` for `DistributedModelParall
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from dreamshard.errors import DreamshardError
-from dreamshard.files import write_json_atomic
+from dreamshard.files import read_json, write_json_atomic
 from dreamshard.tasks import Placement, PlacementTask, check_legal
 from dreamshard.torchrec_planner import placement_from_sharding, require_torchrec
 
@@ -154,13 +153,7 @@ def write_torchrec_plan(
 
 def read_torchrec_plan(path: str | Path) -> dict[str, Any]:
     """The JSON form from a file, its layout checked."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DreamshardError(f"TorchRec plan file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise DreamshardError(f"cannot read TorchRec plan file {path}: {exc}") from None
+    data = read_json(path, "TorchRec plan file")
     try:
         return check_plan_dict(data)
     except DreamshardError as exc:

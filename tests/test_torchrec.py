@@ -150,3 +150,17 @@ def test_importing_dreamshard_does_not_import_torchrec():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_reading_a_bad_torchrec_plan_says_what_is_wrong(tmp_path):
+    with pytest.raises(DreamshardError, match="does not exist"):
+        read_torchrec_plan(tmp_path / "missing.json")
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"format": "dreamshard-plan", "placement": {}}))
+    with pytest.raises(DreamshardError, match="not a TorchRec plan"):
+        read_torchrec_plan(ours)
+    entry = {"sharding_type": "table_wise", "compute_kernel": "fused", "ranks": [0]}
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"format": "torchrec-sharding-plan", "plan": {"m": {"t": entry}}}))
+    with pytest.raises(DreamshardError, match="table 't' has no 'shards'"):
+        read_torchrec_plan(broken)
