@@ -9,6 +9,7 @@ and `load_registered_model` gives our own classes back.
 
 from __future__ import annotations
 
+import logging
 import os
 from importlib.metadata import version
 from pathlib import Path
@@ -174,7 +175,7 @@ def log_registered_model(model_path: str | Path, name: str, kind: str, tags: dic
 def alias_version(name: str, alias: str) -> str | None:
     """The version `name@alias` points at, or None."""
     try:
-        return MlflowClient().get_model_version_by_alias(name, alias).version
+        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
     except MlflowException:
         return None
 
@@ -189,6 +190,8 @@ def is_model_uri(text: str) -> bool:
 
 def load_registered_model(uri: str, tracking: str | None = None) -> DreamShardModel:
     """Our model classes from `models:/name@alias`, `models:/name/3` or `runs:/id/policy`."""
+    for noisy in ("mlflow", "alembic"):  # placing tables should print the plan, not DB set-up
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     connect(tracking)
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
