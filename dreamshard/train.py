@@ -33,7 +33,7 @@ from dreamshard.model_io import (
     save_model,
     save_torch_atomic,
 )
-from dreamshard.policy import PlacementPolicy
+from dreamshard.policy import PlacementPolicy, reinforce_loss
 from dreamshard.suites import make_suite, parse_suite_name
 from dreamshard.train_config import TrainConfig
 
@@ -121,14 +121,7 @@ def train_policy(state: TrainState, config: TrainConfig, tasks) -> list[float]:
         task = tasks[int(state.rng.integers(len(tasks)))]
         rollout = state.policy.rollout(task, state.costnet, config.episodes,
                                        generator=state.generator)  # fmt: skip
-        reward = -rollout.predicted
-        if not rollout.legal.all():  # an episode that ran out of room scores below every other
-            legal = torch.from_numpy(rollout.legal)
-            floor = reward[legal].min() if legal.any() else reward.min()
-            reward = torch.where(legal, reward, floor - 1.0)
-        advantage = (reward - reward.mean()) / (reward.std() + 1e-8)
-        loss = -(advantage * rollout.log_prob).mean()
-        loss = loss - config.entropy_weight * rollout.entropy.mean()
+        loss, reward = reinforce_loss(rollout, config.entropy_weight)
         state.policy_optimizer.zero_grad()
         loss.backward()
         state.policy_optimizer.step()
