@@ -4,13 +4,17 @@ Every (task, planner) placement is measured once per round, rounds interleaved i
 (`dreamshard.compare`), and every measurement is stored in the cost dataset under a key that
 includes its round: re-running an evaluation with the same inputs reads the stored costs instead
 of measuring again, and a run killed half-way measures only what is missing.
+
+A planner may decline a task (TorchRec's planner rejecting it, an RNN trained for another device
+count) when `evaluate` is told which exceptions mean so: the placement is then None, its costs
+NaN, and the reason is kept in `Evaluation.declined`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,11 +38,12 @@ class Evaluation:
 
     tasks: list[PlacementTask]
     planners: list[str]
-    placements: list[list[Placement]]  # [task][planner]
-    costs: np.ndarray  # [round, task, planner] overall ms
+    placements: list[list[Placement | None]]  # [task][planner]; None where it declined
+    costs: np.ndarray  # [round, task, planner] overall ms; NaN where it declined
     breakdowns: list[list[list[dict]]]  # [task][planner][device] mean ms per term over rounds
     plan_seconds: np.ndarray  # [task, planner]
     backend: str
+    declined: dict[tuple[int, int], str] = field(default_factory=dict)  # (task, planner): why
 
     @property
     def heuristics(self) -> list[str]:
@@ -66,7 +71,7 @@ class Evaluation:
         strongest = self.costs[:, :, self.planners.index(self.strongest_heuristic())]
         vs_strongest = self.ratios_to(strongest)
         vs_best = self.ratios_to(self.per_task_best_heuristic())
-        winner = self.costs.mean(axis=0).argmin(axis=1)
+        winner = np.nanargmin(self.costs.mean(axis=0), axis=1)
         rows = []
         for j, planner in enumerate(self.planners):
             rows.append({
@@ -101,34 +106,50 @@ class Evaluation:
                     "precision": task.precision,
                     "tables": [table_to_dict(t) for t in task.tables],
                     "results": {
-                        planner: {
-                            "placement": list(self.placements[t][j].devices),
-                            "memory_bytes": device_memory(task, self.placements[t][j]).tolist(),
-                            "costs_ms": self.costs[:, t, j].tolist(),
-                            "devices": self.breakdowns[t][j],
-                            "plan_seconds": float(self.plan_seconds[t, j]),
-                        }
-                        for j, planner in enumerate(self.planners)
+                        planner: self._result(t, j) for j, planner in enumerate(self.planners)
                     },
                 }
                 for t, task in enumerate(self.tasks)
             ],
         }
 
+    def _result(self, t: int, j: int) -> dict:
+        placement = self.placements[t][j]
+        if placement is None:
+            return {"declined": self.declined[(t, j)],
+                    "plan_seconds": float(self.plan_seconds[t, j])}  # fmt: skip
+        return {
+            "placement": list(placement.devices),
+            "memory_bytes": device_memory(self.tasks[t], placement).tolist(),
+            "costs_ms": self.costs[:, t, j].tolist(),
+            "devices": self.breakdowns[t][j],
+            "plan_seconds": float(self.plan_seconds[t, j]),
+        }
+
 
 def place_all(
-    tasks: Sequence[PlacementTask], planners: dict[str, PlannerFn]
-) -> tuple[list[list[Placement]], np.ndarray]:
-    """Every task placed by every planner, with each planner's wall time."""
+    tasks: Sequence[PlacementTask],
+    planners: dict[str, PlannerFn],
+    declines: tuple[type[Exception], ...] = (),
+) -> tuple[list[list[Placement | None]], np.ndarray, dict[tuple[int, int], str]]:
+    """Every task placed by every planner, with each planner's wall time and its declines.
+
+    Tasks go one at a time, each through the planners in their order.
+    """
     placements, seconds = [], np.zeros((len(tasks), len(planners)))
+    declined: dict[tuple[int, int], str] = {}
     for t, task in enumerate(tasks):
-        row = []
+        row: list[Placement | None] = []
         for j, planner in enumerate(planners.values()):
             start = time.perf_counter()
-            row.append(planner(task))
+            try:
+                row.append(planner(task))
+            except declines as exc:
+                row.append(None)
+                declined[(t, j)] = str(exc)
             seconds[t, j] = time.perf_counter() - start
         placements.append(row)
-    return placements, seconds
+    return placements, seconds, declined
 
 
 def mean_breakdown(costs: list[PlacementCost]) -> list[dict]:
@@ -149,20 +170,23 @@ def evaluate(
     suite_name: str = "",
     seed: int = 0,
     measure: Callable[[Job], PlacementCost] | None = None,
+    declines: tuple[type[Exception], ...] = (),
 ) -> Evaluation:
     """Place every task with every planner and measure all placements in interleaved rounds.
 
     `measure(job)` may replace the stored-or-measure step (a Prefect task with retries does);
-    by default it is `measure_and_store` on `backend` and `dataset`.
+    by default it is `measure_and_store` on `backend` and `dataset`. A planner that raises one
+    of `declines` on a task declines it (not measured; NaN costs); any other error propagates.
     """
     tasks = list(tasks)
     names = list(planners)
-    placements, plan_seconds = place_all(tasks, planners)
+    placements, plan_seconds, declined = place_all(tasks, planners, declines)
     if measure is None:
         measure = lambda job: measure_and_store(job, backend, dataset, suite_name)[0]  # noqa: E731
 
-    items = [(t, j) for t in range(len(tasks)) for j in range(len(names))]
-    costs = np.zeros((rounds, len(tasks), len(names)))
+    items = [(t, j) for t in range(len(tasks)) for j in range(len(names))
+             if placements[t][j] is not None]  # fmt: skip
+    costs = np.full((rounds, len(tasks), len(names)), np.nan)
     seen: dict[tuple[int, int], list[PlacementCost]] = {item: [] for item in items}
     rng = np.random.default_rng(seed)
     progress = Progress(rounds * len(items), f"evaluating on {backend.name}")
@@ -174,9 +198,10 @@ def evaluate(
             seen[(t, j)].append(cost)
             progress.step(f"{tasks[t].name} {names[j]}: {cost.overall:.2f} ms")
     progress.close()
-    breakdowns = [[mean_breakdown(seen[(t, j)]) for j in range(len(names))]
-                  for t in range(len(tasks))]  # fmt: skip
-    return Evaluation(tasks, names, placements, costs, breakdowns, plan_seconds, backend.name)
+    breakdowns = [[mean_breakdown(seen[(t, j)]) if (t, j) in seen else []
+                   for j in range(len(names))] for t in range(len(tasks))]  # fmt: skip
+    return Evaluation(tasks, names, placements, costs, breakdowns, plan_seconds, backend.name,
+                      declined)  # fmt: skip
 
 
 def summary_table(evaluation: Evaluation) -> tuple[list[str], list[list[object]]]:
