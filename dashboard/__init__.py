@@ -1,0 +1,1 @@
+"""The Streamlit dashboard: runs, placements, comparisons, cost-model accuracy, placing tables."""

@@ -1,0 +1,43 @@
+"""The DreamShard dashboard: `make dashboard`, or `streamlit run dashboard/app.py`.
+
+Reads runs, artifacts and registered models from MLflow (the sidebar's tracking URI, else
+$MLFLOW_TRACKING_URI, else the project's local sqlite store); it never writes them.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `streamlit run` puts only dashboard/ on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import store  # noqa: E402
+from dreamshard.tracking import tracking_uri  # noqa: E402
+
+PAGES = [
+    st.Page("pages/runs.py", title="Runs", icon=":material/list:", default=True),
+    st.Page("pages/placement.py", title="Placement explorer", icon=":material/grid_view:"),
+    st.Page("pages/compare.py", title="Compare planners", icon=":material/leaderboard:"),
+    st.Page("pages/cost_model.py", title="Cost model", icon=":material/scatter_plot:"),
+    st.Page("pages/training.py", title="Training", icon=":material/show_chart:"),
+    st.Page("pages/place_tables.py", title="Place tables", icon=":material/table_view:"),
+]
+
+st.set_page_config(page_title="DreamShard", page_icon=":material/grid_view:", layout="wide")
+page = st.navigation(PAGES)
+
+with st.sidebar:
+    st.text_input(
+        "MLflow tracking URI",
+        value=tracking_uri(),
+        key=store.URI_KEY,
+        help="A team server (http://host:5000) or a sqlite:/// file. Default: "
+        "$MLFLOW_TRACKING_URI, else the project's .dreamshard/mlflow.db.",
+    )
+    if st.button("Refresh", help=f"Read MLflow again (reads are cached for {store.TTL_S} s)"):
+        store.clear()
+    st.caption("Read-only: this dashboard never writes runs or models.")
+
+page.run()

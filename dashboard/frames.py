@@ -1,0 +1,124 @@
+"""Run artifacts (`evaluation.json`, `predictions.json`) as the tables the dashboard plots.
+
+Plain functions over plain JSON: no Streamlit, no MLflow, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dreamshard.compare import geometric_mean
+from dreamshard.costnet import DEVICE_TERMS
+from dreamshard.planners import HEURISTIC_KEYS
+from dreamshard.tables import BYTES_PER_WEIGHT
+
+MIB = 2**20
+
+
+def placement_tables(tables: list[dict], devices: list[int], precision: str) -> pd.DataFrame:
+    """One row per table: its device and features (name, rows, dim, pooling factor, MiB)."""
+    frame = pd.DataFrame(
+        [
+            {
+                "table": t["name"],
+                "device": int(d),
+                "rows": int(t["rows"]),
+                "dim": int(t["dim"]),
+                "pooling_factor": float(t["pooling_factor"]),
+            }
+            for t, d in zip(tables, devices)
+        ]
+    )
+    frame["memory_mib"] = frame["rows"] * frame["dim"] * BYTES_PER_WEIGHT[precision] / MIB
+    frame["lookups"] = frame["dim"] * frame["pooling_factor"]  # floats read per sample
+    return frame
+
+
+def planner_order(planners: list[str]) -> list[str]:
+    """Learned planners first, then the heuristics, random last."""
+    learned = [p for p in planners if p not in HEURISTIC_KEYS and p != "random"]
+    heuristics = [p for p in planners if p in HEURISTIC_KEYS]
+    return learned + heuristics + [p for p in planners if p == "random"]
+
+
+def ratios_to_best_heuristic(evaluation: dict) -> pd.DataFrame:
+    """task, planner, ratio: cost / the task's best heuristic, geometric mean over rounds.
+
+    The best heuristic of a task is the one with the lowest mean cost on it, compared round by
+    round (rounds are interleaved), as `dreamshard.evaluate.Evaluation` does.
+    """
+    rows = []
+    for task in evaluation["tasks"]:
+        results = task["results"]
+        heuristics = [p for p in results if p in HEURISTIC_KEYS]
+        if not heuristics:
+            continue
+        best = min(heuristics, key=lambda p: np.mean(results[p]["costs_ms"]))
+        reference = np.array(results[best]["costs_ms"])
+        for planner, result in results.items():
+            ratio = geometric_mean(np.array(result["costs_ms"]) / reference)
+            rows.append(
+                {
+                    "task": task["name"],
+                    "planner": planner,
+                    "ratio": float(ratio),
+                    "mean_cost_ms": float(np.mean(result["costs_ms"])),
+                    "best_heuristic": best,
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["task", "planner", "ratio", "mean_cost_ms", "best_heuristic"]
+    )
+
+
+def prediction_points(rows: list[dict]) -> pd.DataFrame:
+    """task, planner, head, device, predicted_ms, measured_ms, error_pct for every head.
+
+    Heads: `overall` (one point per placement) and the per-device fwd_comp, bwd_comm, bwd_comp
+    (one point per device); fwd_comm is not predicted per device (it depends on the others).
+    """
+    points = []
+    for row in rows:
+        base = {"task": row["task"], "planner": row["planner"]}
+        points.append(
+            {
+                **base,
+                "head": "overall",
+                "device": None,
+                "predicted_ms": row["predicted_overall_ms"],
+                "measured_ms": row["measured_overall_ms"],
+            }
+        )
+        for d, (predicted, measured) in enumerate(
+            zip(row["predicted_devices_ms"], row["measured_devices_ms"])
+        ):
+            for k, term in enumerate(DEVICE_TERMS):
+                points.append(
+                    {
+                        **base,
+                        "head": term,
+                        "device": d,
+                        "predicted_ms": predicted[k],
+                        "measured_ms": measured[term],
+                    }
+                )
+    frame = pd.DataFrame(
+        points, columns=["task", "planner", "head", "device", "predicted_ms", "measured_ms"]
+    )
+    measured = frame["measured_ms"].where(frame["measured_ms"] > 0)
+    frame["error_pct"] = 100 * (frame["predicted_ms"] - frame["measured_ms"]) / measured
+    return frame
+
+
+def error_summary(points: pd.DataFrame) -> pd.DataFrame:
+    """Per head: points, MAE in ms, MAPE in %, and the mean signed error (bias) in %."""
+    grouped = points.groupby("head", sort=False)
+    return pd.DataFrame(
+        {
+            "points": grouped.size(),
+            "MAE ms": grouped.apply(lambda g: (g["predicted_ms"] - g["measured_ms"]).abs().mean()),
+            "MAPE %": grouped["error_pct"].apply(lambda e: e.abs().mean()),
+            "bias %": grouped["error_pct"].mean(),
+        }
+    ).reset_index()

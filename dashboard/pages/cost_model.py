@@ -1,0 +1,77 @@
+"""Cost model: how well each registered cost network predicted the costs measured in evaluation."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import frames, plots, sections, store
+
+st.title("Cost model")
+uri = store.current_uri()
+found = sections.evaluations_or_stop(uri)
+
+points_by_run = {}
+for item in found:
+    predictions = store.artifact_json(uri, item["run_id"], "predictions.json")
+    if predictions and predictions.get("rows"):
+        points_by_run[item["run_id"]] = frames.prediction_points(predictions["rows"])
+if not points_by_run:
+    st.info("No evaluate run logged predictions.json yet. " + store.EMPTY_HINT)
+    st.stop()
+
+items = {item["run_id"]: item for item in found if item["run_id"] in points_by_run}
+st.subheader("Accuracy per model version")
+rows = []
+for run_id, points in points_by_run.items():
+    item = items[run_id]
+    summary = frames.error_summary(points)
+    summary.insert(0, "model version", f"v{item['candidate_version']}")
+    summary.insert(1, "evaluated on", f"{item['suite']} · {run_id[:8]}")
+    rows.append(summary)
+st.dataframe(
+    pd.concat(rows, ignore_index=True),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        c: st.column_config.NumberColumn(format="%.2f") for c in ("MAE ms", "MAPE %", "bias %")
+    },
+)
+st.caption(
+    "Each version's cost network (dreamshard-costnet) against the measured costs of every "
+    "planner's placements on the held-out tasks of its evaluation. Heads: the overall cost, "
+    "and per device forward compute, backward all-to-all and backward compute."
+)
+
+run_id = st.selectbox(
+    "Model version",
+    list(items),
+    key="costnet_run",
+    format_func=lambda r: f"v{items[r]['candidate_version']} · " + store.evaluation_label(items[r]),
+)
+points = points_by_run[run_id]
+scatter, errors = st.columns(2)
+scatter.plotly_chart(plots.prediction_figure(points), width="stretch")
+errors.plotly_chart(plots.error_figure(points), width="stretch")
+
+held_out = store.flow_runs(uri, "train-cost-model")
+if not held_out.empty:
+    st.subheader("Held-out errors when fitting (train-cost-model runs)")
+    table = pd.DataFrame(
+        [
+            {
+                "suite": r.suite,
+                "started": r.start,
+                "run id": r.run_id[:8],
+                **{
+                    k.removeprefix("heldout_"): v
+                    for k, v in sorted(r.metrics.items())
+                    if k.startswith("heldout_")
+                },
+            }
+            for r in held_out.itertuples()
+        ]
+    )
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(
+        "The fit's own check: trained on the first 80% of the measurements, scored on the "
+        "latest 20% (MAPE in %)."
+    )

@@ -1,0 +1,72 @@
+"""Placement explorer: one evaluated task, one planner: where each table went and what it cost."""
+
+import numpy as np
+import streamlit as st
+
+from dashboard import frames, plots, sections, store
+
+st.title("Placement explorer")
+uri = store.current_uri()
+item = sections.pick_evaluation(sections.evaluations_or_stop(uri), key="placement_run")
+evaluation = item["evaluation"]
+tasks = {task["name"]: task for task in evaluation["tasks"]}
+
+left, right = st.columns([1, 2])
+task = tasks[left.selectbox("Held-out task", list(tasks), key="placement_task")]
+planners = frames.planner_order(list(task["results"]))
+planner = right.radio(
+    "Planner",
+    planners,
+    horizontal=True,
+    key="placement_planner",
+    help="candidate: the model version this run evaluated; champion: the one "
+    "it was compared with; the rest are the heuristics and random.",
+)
+result = task["results"][planner]
+
+ratios = frames.ratios_to_best_heuristic(evaluation)
+ratio = ratios[(ratios["task"] == task["name"]) & (ratios["planner"] == planner)]
+cap_mib = task["memory_cap_bytes"] / frames.MIB
+cost, versus, memory, plan = st.columns(4)
+cost.metric(
+    "Measured cost per step",
+    f"{np.mean(result['costs_ms']):.2f} ms",
+    help=f"Mean over {len(result['costs_ms'])} interleaved rounds of the slowest "
+    f"device's fwd_comp + fwd_comm + bwd_comm + bwd_comp ({evaluation['backend']} "
+    "backend).",
+)
+if not ratio.empty:
+    versus.metric(
+        f"vs best heuristic ({ratio['best_heuristic'].iloc[0]})",
+        f"{ratio['ratio'].iloc[0]:.3f}×",
+        help="Below 1 beats every heuristic.",
+    )
+memory.metric(
+    "Fullest device",
+    f"{100 * max(result['memory_bytes']) / task['memory_cap_bytes']:.0f}% of {cap_mib:.0f} MiB",
+)
+plan.metric("Planning time", f"{1000 * result['plan_seconds']:.1f} ms")
+
+tables = frames.placement_tables(task["tables"], result["placement"], task["precision"])
+pictures, costs = st.columns(2)
+pictures.plotly_chart(plots.tables_figure(tables, task["num_devices"], cap_mib), width="stretch")
+costs.plotly_chart(
+    plots.cost_figure(result["devices"], "Measured cost per device (mean over rounds)"),
+    width="stretch",
+)
+st.caption(
+    f"{len(tables)} tables on {task['num_devices']} devices, {task['precision']} weights. "
+    "A step waits for the slowest device, so the overall cost is its stacked total."
+)
+
+st.subheader("Tables")
+st.dataframe(
+    tables.sort_values(["device", "memory_mib"], ascending=[True, False]),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "memory_mib": st.column_config.NumberColumn("memory MiB", format="%.2f"),
+        "pooling_factor": st.column_config.NumberColumn("pooling factor", format="%.2f"),
+        "lookups": st.column_config.NumberColumn("lookups per sample", format="%.0f"),
+    },
+)
