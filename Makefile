@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: pipeline demo test lint torchrec mlflow-ui
+.PHONY: pipeline demo test lint torchrec mlflow-ui dashboard browser
 
 $(BIN)/dreamshard: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,20 @@ mlflow-ui: $(BIN)/dreamshard
 	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow ui --host 127.0.0.1 --port 5000 \
 		--backend-store-uri sqlite:///$(CURDIR)/.dreamshard/mlflow.db
 
+# The Streamlit dashboard over the same store (or $MLFLOW_TRACKING_URI), on 127.0.0.1 only.
+dashboard: $(BIN)/dreamshard
+	$(BIN)/streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port 8501 \
+		--server.headless true --browser.gatherUsageStats false
+
+# Chromium and its driver for the dashboard's browser test: Debian's packages, installed with
+# apt-get (as root, as in CI) only when either is missing.
+$(VENV)/.chromium: $(BIN)/dreamshard
+	test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver)
+	touch $@
+
+browser: $(VENV)/.chromium
+
 # TorchRec (optional: --method torchrec, round-trip tests) without the CUDA fbgemm a plain
 # install pulls: its dependencies pinned first, then torchrec itself with --no-deps.
 $(VENV)/.torchrec: $(BIN)/dreamshard
@@ -32,7 +46,7 @@ $(VENV)/.torchrec: $(BIN)/dreamshard
 
 torchrec: $(VENV)/.torchrec
 
-test: $(BIN)/dreamshard $(VENV)/.torchrec
+test: $(BIN)/dreamshard $(VENV)/.torchrec $(VENV)/.chromium
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/dreamshard
