@@ -46,11 +46,12 @@ def ratios_to_best_heuristic(evaluation: dict) -> pd.DataFrame:
     """task, planner, ratio: cost / the task's best heuristic, geometric mean over rounds.
 
     The best heuristic of a task is the one with the lowest mean cost on it, compared round by
-    round (rounds are interleaved), as `dreamshard.evaluate.Evaluation` does.
+    round (rounds are interleaved), as `dreamshard.evaluate.Evaluation` does. A planner that
+    declined a task (no placement) has no row for it.
     """
     rows = []
     for task in evaluation["tasks"]:
-        results = task["results"]
+        results = {p: r for p, r in task["results"].items() if "declined" not in r}
         heuristics = [p for p in results if p in HEURISTIC_KEYS]
         if not heuristics:
             continue

@@ -23,6 +23,9 @@ planner = right.radio(
     "it was compared with; the rest are the heuristics and random.",
 )
 result = task["results"][planner]
+if "declined" in result:
+    st.warning(f"{planner} declined this task, so nothing was measured: {result['declined']}")
+    st.stop()
 
 ratios = frames.ratios_to_best_heuristic(evaluation)
 ratio = ratios[(ratios["task"] == task["name"]) & (ratios["planner"] == planner)]
