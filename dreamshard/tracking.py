@@ -166,10 +166,14 @@ def log_registered_model(model_path: str | Path, name: str, kind: str, tags: dic
         registered_model_name=name,
     )
     model_version = str(info.registered_model_version)
+    tag_version(name, model_version, tags)
+    return model_version
+
+
+def tag_version(name: str, model_version: str, tags: dict) -> None:
     client = MlflowClient()
     for key, value in tags.items():
         client.set_model_version_tag(name, model_version, key, str(value))
-    return model_version
 
 
 def alias_version(name: str, alias: str) -> str | None:

@@ -25,6 +25,7 @@ from dreamshard.tracking import (
     alias_version,
     load_registered_model,
     set_alias,
+    tag_version,
 )
 from flows.common import backend_for, measure_job, mlflow_run, publish, work_dir
 
@@ -46,6 +47,20 @@ def predictions(evaluation: Evaluation, model) -> list[dict]:
                          "predicted_devices_ms": devices.tolist(),
                          "measured_devices_ms": evaluation.breakdowns[t][j]})  # fmt: skip
     return rows
+
+
+def ratio_figure(evaluation: Evaluation):
+    """Each planner's cost relative to the per-task best heuristic, one point per task."""
+    import plotly.express as px
+
+    ratios = evaluation.ratios_to(evaluation.per_task_best_heuristic())
+    rows = [{"planner": p, "task": task.name, "ratio": float(ratios[t, j])}
+            for t, task in enumerate(evaluation.tasks)
+            for j, p in enumerate(evaluation.planners)]  # fmt: skip
+    figure = px.box(rows, x="planner", y="ratio", points="all", hover_data=["task"],
+                    title="measured cost / per-task best heuristic (lower is better)")  # fmt: skip
+    figure.add_hline(y=1.0, line_dash="dot")
+    return figure
 
 
 @flow(name="evaluate", log_prints=True)
@@ -90,15 +105,22 @@ def evaluate_models(
         promote = "champion" not in planners or evaluation.paired_ratio(
             "candidate", "champion") < 1.0  # fmt: skip
         alias = CHAMPION if promote else CANDIDATE
-        set_alias(POLICY_MODEL, alias, candidate["policy"])
-        set_alias(COSTNET_MODEL, alias, candidate["costnet"])
         summary = evaluation.summary_rows()
+        mine = next(r for r in summary if r["planner"] == "candidate")
+        figures = {"eval.suite": suite, "eval.tasks": len(test_tasks), "eval.backend": backend,
+                   "eval.vs_strongest_heuristic": f"{mine['vs_strongest_heuristic']:.4f}",
+                   "eval.vs_best_heuristic": f"{mine['vs_best_heuristic']:.4f}"}  # fmt: skip
+        for name in (POLICY_MODEL, COSTNET_MODEL):
+            kind = "policy" if name == POLICY_MODEL else "costnet"
+            set_alias(name, alias, candidate[kind])
+            tag_version(name, candidate[kind], figures)
         for row in summary:
             for key in ("vs_strongest_heuristic", "vs_best_heuristic", "mean_cost_ms"):
                 mlflow.log_metric(f"{row['planner']}.{key}", row[key])
         mlflow.set_tags({"strongest_heuristic": evaluation.strongest_heuristic(),
                          "promoted": str(promote), "alias": alias})  # fmt: skip
         mlflow.log_dict(evaluation.to_dict(), "evaluation.json")
+        mlflow.log_figure(ratio_figure(evaluation), "ratios.html")
         mlflow.log_dict({"rows": predictions(evaluation, candidate_model)}, "predictions.json")
         header, rows = summary_table(evaluation)
         table = markdown_table(header, rows)

@@ -31,6 +31,21 @@ def run_training(config: TrainConfig) -> list[dict]:
     return train(config, on_iteration=log_iteration).metadata["history"]
 
 
+def history_figure(history: list[dict]):
+    """Per iteration: the policy's mean reward and the cost network's last loss."""
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("policy reward (ms, higher is "
+                           "better)", "cost-net loss"))  # fmt: skip
+    steps = [h["iteration"] for h in history]
+    figure.add_scatter(x=steps, y=[h["policy_reward"] for h in history], row=1, col=1,
+                       name="reward")  # fmt: skip
+    figure.add_scatter(x=steps, y=[h["costnet_loss"] for h in history], row=1, col=2,
+                       name="loss")  # fmt: skip
+    figure.update_xaxes(title_text="iteration")
+    return figure
+
+
 @flow(name="train-policy", log_prints=True)
 def train_policy(
     suite: str = "cpu-50x4",
@@ -67,6 +82,7 @@ def train_policy(
         history = run_training(config)
         model_path = folder / "policy" / "model.pt"
         mlflow.log_dict({"history": history}, "history.json")
+        mlflow.log_figure(history_figure(history), "training.html")
         tags = {"suite": suite, "backend": backend, "run_id": run.info.run_id}
         version = log_registered_model(model_path, POLICY_MODEL, "policy", tags)
         costnet_version = log_registered_model(model_path, COSTNET_MODEL, "costnet", tags)
