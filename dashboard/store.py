@@ -165,13 +165,18 @@ def model_versions(uri: str) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     client = _client(uri)
     rows = []
+    # search_model_versions leaves aliases out; the registered model has them
+    aliases = {m.name: m.aliases for m in client.search_registered_models()}
     for name in (POLICY_MODEL, COSTNET_MODEL):
         for v in client.search_model_versions(f"name='{name}'"):
+            named = [
+                a for a, version in aliases.get(name, {}).items() if str(version) == str(v.version)
+            ]
             rows.append(
                 {
                     "name": name,
                     "version": str(v.version),
-                    "aliases": ", ".join(sorted(v.aliases or [])),
+                    "aliases": ", ".join(sorted(named)),
                     "suite": v.tags.get("suite", ""),
                     "backend": v.tags.get("backend", ""),
                     "run_id": v.tags.get("run_id", v.run_id or ""),

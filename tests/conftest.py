@@ -28,3 +28,31 @@ def cli():
 
 def table(name: str, rows: int = 1000, dim: int = 16, pooling: float = 2.0) -> Table:
     return Table(name=name, rows=rows, dim=dim, pooling_factor=pooling)
+
+
+# The tiny real pipeline run whose MLflow store the dashboard tests read (about a minute).
+TINY_PIPELINE = ("--suite", "cpu-12x2", "--backend", "simulated", "--warm-start", "10",
+                 "--iterations", "2", "--placements-per-iteration", "3", "--costnet-steps", "40",
+                 "--policy-updates", "3", "--episodes", "4", "--eval-tasks", "2",
+                 "--rounds", "2")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def pipeline_home(tmp_path_factory) -> Path:
+    """A state folder (DREAMSHARD_HOME) holding a real MLflow store: runs, artifacts and
+    registered models from one tiny `python -m flows.pipeline` run in a subprocess.
+
+    Session-scoped so that the dashboard's AppTest and browser tests share one run.
+    """
+    import os
+
+    home = tmp_path_factory.mktemp("pipeline-home")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MLFLOW_", "PREFECT_"))}  # fmt: skip
+    env.update(DREAMSHARD_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true")
+    done = subprocess.run([sys.executable, "-m", "flows.pipeline", *TINY_PIPELINE],
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert done.returncode == 0, f"the tiny pipeline failed:\n{done.stderr[-3000:]}"
+    return home

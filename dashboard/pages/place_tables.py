@@ -108,7 +108,9 @@ precision = precision_col.selectbox(
     key="place_precision",
 )
 total = sum(t.bytes(precision) for t in tables)
-default_gib = suite.memory_cap_bytes / GIB if suite else max(total / GIB / num_devices * 1.5, 0.001)
+largest = max(t.bytes(precision) for t in tables)
+spec_default = max(total / num_devices, largest) * 1.25  # room for a greedy to succeed
+default_gib = (suite.memory_cap_bytes if suite else spec_default) / GIB
 memory_gib = memory_col.number_input(
     "Memory per device (GiB)",
     min_value=0.0001,

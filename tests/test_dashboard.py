@@ -1,0 +1,226 @@
+"""The Streamlit dashboard with AppTest, against a real MLflow store from a tiny pipeline run."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamshard.errors import DreamshardError
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+PAGES = ("runs", "placement", "compare", "cost_model", "training", "place_tables")
+TIMEOUT_S = 120  # the first run of a page imports torch and reads the store: slow on 2 cores
+MISSING_COLUMN_CSV = b"name,rows,dim\nuser_id,1000000,64\nitem_id,50000,32\n"
+
+
+@pytest.fixture
+def store_env(pipeline_home, monkeypatch):
+    monkeypatch.setenv("DREAMSHARD_HOME", str(pipeline_home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return pipeline_home
+
+
+@pytest.fixture
+def empty_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def open_page(page: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.run()
+    return at.switch_page(f"pages/{page}.py").run()
+
+
+def figures(at) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def values(data) -> list:
+    """A figure's array as a list (plotly sends numpy arrays as base64 `bdata`)."""
+    if isinstance(data, dict) and "bdata" in data:
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data)
+
+
+def titles(at) -> list[str]:
+    return [fig["layout"].get("title", {}).get("text", "") for fig in figures(at)]
+
+
+def assert_clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def evaluation_artifact(home: Path) -> dict:
+    return json.loads(next(home.glob("mlartifacts/*/*/artifacts/evaluation.json")).read_text())
+
+
+# --- every page with data ---------------------------------------------------------------------
+
+
+def test_runs_page_lists_every_flow_and_opens_a_run(store_env):
+    at = open_page("runs")
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert set(table["flow"]) == {"pipeline", "collect-costs", "train-cost-model", "train-policy",
+                                  "evaluate"}  # fmt: skip
+    assert (table["status"] == "FINISHED").all()
+    assert at.metric[2].value == "v1"  # the champion policy
+    evaluate_id = table.loc[table["flow"] == "evaluate", "run id"].iloc[0]
+    at.selectbox(key="open_run").set_value(evaluate_id).run()
+    assert_clean(at)
+    assert any("evaluate on cpu-12x2" in h.value for h in at.subheader)
+    assert any("Evaluation on 2 held-out cpu-12x2 tasks" in m.value for m in at.markdown)
+
+
+def test_placement_explorer_shows_tables_costs_and_memory(store_env):
+    at = open_page("placement")
+    assert_clean(at)
+    assert titles(at) == ["Tables on each device (bar height = memory used)",
+                          "Measured cost per device (mean over rounds)"]  # fmt: skip
+    tables, costs = figures(at)
+    assert len(values(tables["data"][0]["x"])) == 12  # a segment per table of the task
+    assert [t["name"] for t in costs["data"]] == ["forward compute", "forward all-to-all",
+                                                   "backward all-to-all",
+                                                   "backward compute + update"]  # fmt: skip
+    assert len(at.dataframe[0].value) == 12
+    at.radio(key="placement_planner").set_value("size").run()
+    at.selectbox(key="placement_task").set_value("cpu-12x2/test/1").run()
+    assert_clean(at)
+    assert at.metric[0].label == "Measured cost per step"
+
+
+def test_compare_page_plots_ratios_to_the_best_heuristic(store_env):
+    at = open_page("compare")
+    assert_clean(at)
+    (fig,) = figures(at)
+    assert {trace["name"] for trace in fig["data"]} >= {"candidate", "size_lookup", "random"}
+    summary = at.dataframe[0].value
+    assert len(summary) == 6  # random, 4 heuristics, candidate
+    assert (summary["tasks"] == 2).all()
+
+
+def test_cost_model_page_compares_predictions_with_measurements(store_env):
+    at = open_page("cost_model")
+    assert_clean(at)
+    scatter, errors = titles(at)
+    assert scatter == "Overall cost: predicted vs measured"
+    assert errors.startswith("Prediction error per head")
+    accuracy = at.dataframe[0].value
+    assert set(accuracy["head"]) == {"overall", "fwd_comp", "bwd_comm", "bwd_comp"}
+    assert set(accuracy["model version"]) == {"v1"}
+
+
+def test_training_page_plots_loss_reward_and_dataset_growth(store_env):
+    at = open_page("training")
+    assert_clean(at)
+    shown = titles(at)
+    assert "Policy reward (minus predicted overall cost)" in shown
+    assert "Cost dataset growth (measured placements)" in shown
+    reward = figures(at)[shown.index("Policy reward (minus predicted overall cost)")]
+    assert len(values(reward["data"][0]["y"])) == 2 * 3  # iterations x policy updates
+
+
+def test_place_tables_page_places_a_suite_task_and_offers_the_plan(store_env):
+    at = open_page("place_tables")
+    assert_clean(at)
+    assert at.selectbox(key="place_planner").value == "models:/dreamshard-policy@champion"
+    assert titles(at) == ["Tables on each device (bar height = memory used)",
+                          "Predicted cost per device"]  # fmt: skip
+    assert len(at.get("download_button")) == 1
+    at.selectbox(key="place_planner").set_value("size_lookup").run()
+    assert_clean(at)
+    assert any("the champion" in c.value for c in at.caption)  # whose cost net predicted
+
+
+def test_place_tables_page_places_a_pasted_spec(store_env):
+    at = open_page("place_tables")
+    at.radio(key="place_source").set_value("Paste CSV").run()
+    assert_clean(at)
+    plan_devices = at.dataframe[0].value
+    assert sum(len(t) for t in plan_devices["tables"]) == 6  # the example spec's tables
+
+
+# --- bad input and the empty store ------------------------------------------------------------
+
+
+def test_a_bad_upload_shows_an_error_on_the_page(store_env):
+    at = open_page("place_tables")
+    at.radio(key="place_source").set_value("Upload a file").run()
+    at.file_uploader(key="place_upload").upload("tables.csv", MISSING_COLUMN_CSV, "text/csv")
+    at.run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "Cannot use these tables: tables.csv: missing column pooling_factor"
+    ]
+
+
+def test_a_bad_pasted_csv_shows_an_error_on_the_page(store_env):
+    at = open_page("place_tables")
+    at.radio(key="place_source").set_value("Paste CSV").run()
+    at.text_area(key="place_csv").set_value(MISSING_COLUMN_CSV.decode()).run()
+    assert not at.exception
+    assert "missing column pooling_factor" in at.error[0].value
+
+
+def test_an_impossible_memory_cap_says_so(store_env):
+    at = open_page("place_tables")
+    at.radio(key="place_source").set_value("Paste CSV").run()
+    at.number_input(key="place_memory_spec").set_value(0.001).run()
+    assert not at.exception
+    assert at.error and "GiB" not in at.error[0].value  # the planner's own one-line reason
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_says_how_to_get_data_on_an_empty_store(empty_env, page):
+    at = open_page(page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("make pipeline" in i.value for i in at.info)
+    assert not (empty_env / "mlflow.db").exists()  # read-only: an absent store is not created
+
+
+def test_an_unreachable_server_is_one_error_line(empty_env, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    at = open_page("runs")
+    assert not at.exception
+    assert "cannot be read" in at.error[0].value
+
+
+# --- the plain functions under the pages ------------------------------------------------------
+
+
+def test_ratios_put_each_tasks_best_heuristic_at_one(pipeline_home):
+    from dashboard.frames import ratios_to_best_heuristic
+
+    ratios = ratios_to_best_heuristic(evaluation_artifact(pipeline_home))
+    best = ratios[ratios["planner"] == ratios["best_heuristic"]]
+    assert len(best) == 2 and (best["ratio"] == 1.0).all()
+    heuristics = ratios[ratios["planner"].isin(["dim", "size", "lookup", "size_lookup"])]
+    assert (heuristics["ratio"] >= 1.0 - 1e-12).all()
+
+
+def test_cost_figure_marks_the_slowest_device():
+    from dashboard.plots import cost_figure
+
+    devices = [{"fwd_comp": 1.0, "fwd_comm": 2.0, "bwd_comm": 1.0, "bwd_comp": 3.0},
+               {"fwd_comp": 2.0, "fwd_comm": 1.0, "bwd_comm": 1.0, "bwd_comp": 1.0}]  # fmt: skip
+    fig = cost_figure(devices, "costs")
+    assert len(fig.data) == 4
+    assert fig.layout.shapes[0].y0 == 7.0
+    assert "overall = slowest device: 7.00 ms" in fig.layout.annotations[0].text
+
+
+def test_tables_from_text_names_the_file_not_a_temporary_path():
+    from dashboard.place import EXAMPLE_CSV, tables_from_text
+
+    assert len(tables_from_text(EXAMPLE_CSV)) == 6
+    with pytest.raises(DreamshardError, match=r"^mine\.csv line 3: dim"):
+        tables_from_text("name,rows,dim,pooling_factor\na,10,4,1\nb,10,x,1\n", "mine.csv")
