@@ -25,7 +25,7 @@ mlflow-ui: $(BIN)/dreamshard
 # The Streamlit dashboard over the same store (or $MLFLOW_TRACKING_URI), on 127.0.0.1 only.
 dashboard: $(BIN)/dreamshard
 	$(BIN)/streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port 8501 \
-		--server.headless true --browser.gatherUsageStats false
+		--server.headless true --browser.gatherUsageStats false --client.toolbarMode viewer
 
 # Chromium and its driver for the dashboard's browser test: Debian's packages, installed with
 # apt-get (as root, as in CI) only when either is missing.

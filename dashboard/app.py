@@ -16,13 +16,15 @@ import streamlit as st  # noqa: E402
 from dashboard import store  # noqa: E402
 from dreamshard.tracking import tracking_uri  # noqa: E402
 
+# The page scripts live in views/, not pages/: Streamlit would take a pages/ folder for its
+# older multipage mode and run a page without this script (so without the path fix above).
 PAGES = [
-    st.Page("pages/runs.py", title="Runs", icon=":material/list:", default=True),
-    st.Page("pages/placement.py", title="Placement explorer", icon=":material/grid_view:"),
-    st.Page("pages/compare.py", title="Compare planners", icon=":material/leaderboard:"),
-    st.Page("pages/cost_model.py", title="Cost model", icon=":material/scatter_plot:"),
-    st.Page("pages/training.py", title="Training", icon=":material/show_chart:"),
-    st.Page("pages/place_tables.py", title="Place tables", icon=":material/table_view:"),
+    st.Page("views/runs.py", title="Runs", icon=":material/list:", default=True),
+    st.Page("views/placement.py", title="Placement explorer", icon=":material/grid_view:"),
+    st.Page("views/compare.py", title="Compare planners", icon=":material/leaderboard:"),
+    st.Page("views/cost_model.py", title="Cost model", icon=":material/scatter_plot:"),
+    st.Page("views/training.py", title="Training", icon=":material/show_chart:"),
+    st.Page("views/place_tables.py", title="Place tables", icon=":material/table_view:"),
 ]
 
 st.set_page_config(page_title="DreamShard", page_icon=":material/grid_view:", layout="wide")

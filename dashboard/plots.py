@@ -11,6 +11,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from dreamshard.costs import COST_TERMS
+from dreamshard.planners import HEURISTIC_KEYS
 
 TERM_COLOURS = {
     "fwd_comp": "#4C78A8",
@@ -25,6 +26,10 @@ TERM_NAMES = {
     "bwd_comp": "backward compute + update",
 }
 HEIGHT = 380
+
+
+def mib_text(mib: float) -> str:
+    return f"{mib:.0f} MiB" if mib >= 100 else f"{mib:.1f} MiB"
 
 
 def device_labels(num_devices: int) -> list[str]:
@@ -65,21 +70,21 @@ def tables_figure(tables: pd.DataFrame, num_devices: int, cap_mib: float) -> go.
         fig.add_annotation(
             x=labels[d],
             y=mib,
-            text=f"{mib:.0f} MiB ({100 * mib / cap_mib:.0f}%)",
+            text=f"{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)",
             showarrow=False,
             yshift=10,
         )
     fig.add_hline(
         y=cap_mib,
         line={"dash": "dash", "color": "firebrick"},
-        annotation_text=f"memory cap {cap_mib:.0f} MiB per device",
+        annotation_text=f"memory cap {mib_text(cap_mib)} per device",
         annotation_position="top left",
     )
     fig.update_layout(
         barmode="stack",
         height=HEIGHT + 60,
         margin={"t": 50},
-        title="Tables on each device (bar height = memory used)",
+        title="Tables per device (height = memory)",
         xaxis={"categoryorder": "array", "categoryarray": labels},
         yaxis={"title": "memory (MiB)", "range": [0, max(cap_mib, used.max()) * 1.15]},
         uniformtext={"minsize": 9, "mode": "hide"},
@@ -126,9 +131,18 @@ def cost_figure(
         height=HEIGHT,
         margin={"t": 50},
         yaxis={"title": "ms per training step", "range": [0, max(max(totals), overall_ms) * 1.15]},
-        legend={"orientation": "h", "y": -0.15},
+        legend={"orientation": "h", "y": -0.15, "traceorder": "normal"},
     )
     return fig
+
+
+def planner_colours(planners: list[str]) -> dict[str, str]:
+    """Learned planners in strong colours; the heuristics grey; random light grey."""
+    strong = iter(["#E45756", "#4C78A8", "#F58518", "#54A24B", "#B279A2", "#9D755D"] * 4)
+    return {
+        p: "#BBBBBB" if p == "random" else "#7F7F7F" if p in HEURISTIC_KEYS else next(strong)
+        for p in planners
+    }
 
 
 def compare_figure(ratios: pd.DataFrame, planners: list[str]) -> go.Figure:
@@ -144,8 +158,11 @@ def compare_figure(ratios: pd.DataFrame, planners: list[str]) -> go.Figure:
         facet_col_wrap=1,
         hover_data=["task", "mean_cost_ms"],
         category_orders={"planner": planners},
+        color_discrete_map=planner_colours(planners),
         height=max(HEIGHT, 330 * ratios["evaluation"].nunique()),
     )
+    # every task's point on its planner's box, not beside it
+    fig.update_traces(pointpos=0, jitter=0.3, marker={"size": 9, "line": {"width": 1}})
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
     fig.add_hline(
         y=1.0,

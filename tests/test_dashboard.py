@@ -36,7 +36,7 @@ def open_page(page: str):
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
     at.run()
-    return at.switch_page(f"pages/{page}.py").run()
+    return at.switch_page(f"views/{page}.py").run()
 
 
 def figures(at) -> list[dict]:
@@ -84,8 +84,7 @@ def test_runs_page_lists_every_flow_and_opens_a_run(store_env):
 def test_placement_explorer_shows_tables_costs_and_memory(store_env):
     at = open_page("placement")
     assert_clean(at)
-    assert titles(at) == ["Tables on each device (bar height = memory used)",
-                          "Measured cost per device (mean over rounds)"]  # fmt: skip
+    assert titles(at) == ["Tables per device (height = memory)", "Measured cost per device"]
     tables, costs = figures(at)
     assert len(values(tables["data"][0]["x"])) == 12  # a segment per table of the task
     assert [t["name"] for t in costs["data"]] == ["forward compute", "forward all-to-all",
@@ -133,7 +132,7 @@ def test_place_tables_page_places_a_suite_task_and_offers_the_plan(store_env):
     at = open_page("place_tables")
     assert_clean(at)
     assert at.selectbox(key="place_planner").value == "models:/dreamshard-policy@champion"
-    assert titles(at) == ["Tables on each device (bar height = memory used)",
+    assert titles(at) == ["Tables per device (height = memory)",
                           "Predicted cost per device"]  # fmt: skip
     assert len(at.get("download_button")) == 1
     at.selectbox(key="place_planner").set_value("size_lookup").run()

@@ -42,7 +42,7 @@ def show_run(uri: str, row) -> None:
     )
     if row.flow == "evaluate":
         st.page_link(
-            "pages/placement.py",
+            "views/placement.py",
             label="See its placements",
             icon=":material/grid_view:",
             query_params={"run": row.run_id},

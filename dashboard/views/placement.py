@@ -54,11 +54,12 @@ tables = frames.placement_tables(task["tables"], result["placement"], task["prec
 pictures, costs = st.columns(2)
 pictures.plotly_chart(plots.tables_figure(tables, task["num_devices"], cap_mib), width="stretch")
 costs.plotly_chart(
-    plots.cost_figure(result["devices"], "Measured cost per device (mean over rounds)"),
+    plots.cost_figure(result["devices"], "Measured cost per device"),
     width="stretch",
 )
 st.caption(
-    f"{len(tables)} tables on {task['num_devices']} devices, {task['precision']} weights. "
+    f"{len(tables)} tables on {task['num_devices']} devices, {task['precision']} weights; costs "
+    f"are means over {len(result['costs_ms'])} measured rounds. "
     "A step waits for the slowest device, so the overall cost is its stacked total."
 )
 

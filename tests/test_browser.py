@@ -1,0 +1,130 @@
+"""The dashboard in a real browser: `streamlit run` on 127.0.0.1, headless Chromium via selenium.
+
+Screenshots of the placement explorer and the comparison page go to test-artifacts/. Never
+skipped: without Chromium the test fails and says how to install it (`make browser`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+START_TIMEOUT_S = 90
+RENDER_TIMEOUT_S = 90
+EXCEPTION = '[data-testid="stException"]'
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         "--window-size=1600,1300")  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"streamlit exited with code {server.returncode}"
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"streamlit did not answer at {url} within {START_TIMEOUT_S} s")
+
+
+@pytest.fixture
+def server(pipeline_home, tmp_path):
+    """`streamlit run dashboard/app.py` on a free port, stopped by its process id."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
+    env["DREAMSHARD_HOME"] = str(pipeline_home)
+    log = (tmp_path / "streamlit.log").open("w")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "streamlit"), "run", str(ROOT / "dashboard" / "app.py"),
+         "--server.address", "127.0.0.1", "--server.port", str(port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         "--client.toolbarMode", "viewer"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, process)
+        yield url
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: run `make browser` (installs Debian's "
+                    "chromium and chromium-driver) before the browser test")  # fmt: skip
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in FLAGS + (f"--user-data-dir={tmp_path / 'chromium'}",):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver, url: str, charts: int, name: str) -> Path:
+    """Open `url`, wait until `charts` Plotly charts have drawn, save a screenshot."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def drawn_or_failed(d) -> bool:
+        drawn = d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
+        return len(drawn) >= charts or bool(d.find_elements(By.CSS_SELECTOR, EXCEPTION))
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.get(url)
+    try:
+        WebDriverWait(driver, RENDER_TIMEOUT_S).until(drawn_or_failed)
+    except TimeoutException:
+        driver.save_screenshot(str(path))
+        raise AssertionError(f"{url}: {charts} chart(s) not drawn in {RENDER_TIMEOUT_S} s; "
+                             f"see {path}") from None  # fmt: skip
+    errors = driver.find_elements(By.CSS_SELECTOR, EXCEPTION)
+    assert not errors, f"{url} shows an exception: {errors[0].text}"
+    time.sleep(1.5)  # let the last chart finish its layout before the picture
+    assert driver.save_screenshot(str(path)), f"no screenshot of {url}"
+    return path
+
+
+def test_placement_explorer_and_comparison_render_in_chromium(server, browser):
+    placement = screenshot(browser, f"{server}/placement", 2, "dashboard-placement")
+    assert "Placement explorer" in browser.page_source
+    compare = screenshot(browser, f"{server}/compare", 1, "dashboard-compare")
+    assert "Compare planners" in browser.page_source
+    for path in (placement, compare):
+        assert path.stat().st_size > 20_000  # a real picture, not a blank page
