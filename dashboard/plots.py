@@ -66,28 +66,33 @@ def tables_figure(tables: pd.DataFrame, num_devices: int, cap_mib: float) -> go.
         )
     )
     used = tables.groupby("device")["memory_mib"].sum().reindex(range(num_devices), fill_value=0)
-    for d, mib in enumerate(used):
-        fig.add_annotation(
-            x=labels[d],
-            y=mib,
-            text=f"{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)",
-            showarrow=False,
-            yshift=10,
+    # each device's use under its name (labels above the bars collide with the cap line)
+    ticks = [f"{label}<br>{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)"
+             for label, mib in zip(labels, used)]  # fmt: skip
+    fig.add_hline(y=cap_mib, line={"dash": "dash", "color": "firebrick"})
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            name=f"memory cap per device: {mib_text(cap_mib)}",
+            line={"dash": "dash", "color": "firebrick"},
         )
-    fig.add_hline(
-        y=cap_mib,
-        line={"dash": "dash", "color": "firebrick"},
-        annotation_text=f"memory cap {mib_text(cap_mib)} per device",
-        annotation_position="top left",
     )
     fig.update_layout(
         barmode="stack",
         height=HEIGHT + 60,
         margin={"t": 50},
         title="Tables per device (height = memory)",
-        xaxis={"categoryorder": "array", "categoryarray": labels},
-        yaxis={"title": "memory (MiB)", "range": [0, max(cap_mib, used.max()) * 1.15]},
+        xaxis={
+            "categoryorder": "array",
+            "categoryarray": labels,
+            "tickvals": labels,
+            "ticktext": ticks,
+        },
+        yaxis={"title": "memory (MiB)", "range": [0, max(cap_mib, used.max()) * 1.1]},
         uniformtext={"minsize": 9, "mode": "hide"},
+        legend={"orientation": "h", "y": -0.2},
     )
     return fig
 
@@ -223,10 +228,10 @@ def error_figure(points: pd.DataFrame) -> go.Figure:
     )
     fig.add_hline(y=0, line={"dash": "dash", "color": "grey"})
     fig.update_layout(
-        title="Prediction error per head (predicted − measured) / measured",
+        title="Prediction error per head",
         showlegend=False,
         margin={"t": 50},
-        yaxis={"title": "error %"},
+        yaxis={"title": "(predicted − measured) / measured, %"},
     )
     return fig
 
@@ -243,4 +248,6 @@ def curve_figure(
         yaxis={"title": y_title},
         legend={"orientation": "h", "y": -0.25},
     )
+    if curves[x].nunique() <= 20:  # iterations and updates: whole numbers only
+        fig.update_xaxes(dtick=1)
     return fig

@@ -178,4 +178,5 @@ st.dataframe(
     .drop(columns="memory_bytes"),
     hide_index=True,
     width="stretch",
+    column_config={"memory_mib": st.column_config.NumberColumn("memory MiB", format="%.2f")},
 )

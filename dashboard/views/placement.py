@@ -44,10 +44,8 @@ if not ratio.empty:
         f"{ratio['ratio'].iloc[0]:.3f}×",
         help="Below 1 beats every heuristic.",
     )
-memory.metric(
-    "Fullest device",
-    f"{100 * max(result['memory_bytes']) / task['memory_cap_bytes']:.0f}% of {cap_mib:.0f} MiB",
-)
+fullest = 100 * max(result["memory_bytes"]) / task["memory_cap_bytes"]
+memory.metric("Fullest device", f"{fullest:.0f}% of {plots.mib_text(cap_mib)}")
 plan.metric("Planning time", f"{1000 * result['plan_seconds']:.1f} ms")
 
 tables = frames.placement_tables(task["tables"], result["placement"], task["precision"])

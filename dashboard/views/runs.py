@@ -15,7 +15,7 @@ def key_numbers(row) -> str:
         return f"{m['placements_measured']:.0f} placements measured"
     if row.flow == "train-cost-model" and "heldout_overall_mape" in m:
         return (
-            f"held-out overall MAPE {m['heldout_overall_mape']:.1f}% "
+            f"held-out overall MAPE {100 * m['heldout_overall_mape']:.1f}% "
             f"on {m.get('dataset_size', 0):.0f} measurements"
         )
     if row.flow == "train-policy" and "registered_version" in tags:

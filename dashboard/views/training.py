@@ -52,7 +52,7 @@ show(
         curves(uri, chosen, labels, "costnet_loss"),
         "step",
         "value",
-        "Cost-net loss (steps run on across iterations)",
+        "Cost-net loss (the steps of all iterations in a row)",
         "cost-net step",
         "loss (sum of MSEs, scaled)",
     ),
