@@ -40,6 +40,28 @@ def check_capacity(task: PlacementTask) -> None:
         )
 
 
+class Candidates:
+    """The devices with room for one depth's table, most preferred first, handed out lazily.
+
+    Two devices with equal bytes used lead to the same sub-problem for memory, so only the
+    more preferred one is tried. The search asks for the next one only after undoing every
+    deeper try, so `used` is then what it was when the list was made; the greedy path, which
+    takes the first device at every depth, never pays for the rest.
+    """
+
+    def __init__(self, devices: list[int]):
+        self.devices, self.position, self.tried = devices, 0, set()
+
+    def next(self, used: np.ndarray) -> int | None:
+        while self.position < len(self.devices):
+            device = self.devices[self.position]
+            self.position += 1
+            if int(used[device]) not in self.tried:
+                self.tried.add(int(used[device]))
+                return device
+        return None
+
+
 def search_assignment(
     task: PlacementTask,
     order: Sequence[int],
@@ -63,18 +85,13 @@ def search_assignment(
     used = np.zeros(task.num_devices, dtype=np.int64)
     load = np.zeros(task.num_devices)
     assignment = [-1] * len(task.tables)
-    stack: list[list[int]] = []  # untried candidate devices per depth
+    stack: list[Candidates] = []  # devices still to try per depth
     nodes = 0
 
-    def candidates(depth: int) -> list[int]:
+    def candidates(depth: int) -> Candidates:
         table = order[depth]
         preferred = np.asarray(prefer(table, load, used), dtype=np.int64)
-        preferred = preferred[used[preferred] + sizes[table] <= cap]
-        # Two devices with equal bytes used lead to the same sub-problem for memory:
-        # keep the more preferred one.
-        _, first = np.unique(used[preferred], return_index=True)
-        result = preferred[np.sort(first)]
-        return result[::-1].tolist()  # pop() from the end tries the most preferred first
+        return Candidates(preferred[used[preferred] + sizes[table] <= cap].tolist())
 
     if suffix[0] > cap * task.num_devices:
         return None, True
@@ -86,13 +103,13 @@ def search_assignment(
             used[assignment[table]] -= sizes[table]
             load[assignment[table]] -= keys[table]
             assignment[table] = -1
-        if not stack[-1]:
+        device = stack[-1].next(used)
+        if device is None:
             stack.pop()
             continue
         nodes += 1
         if nodes > node_limit:
             return None, False
-        device = stack[-1].pop()
         assignment[table] = device
         used[device] += sizes[table]
         load[device] += keys[table]
