@@ -122,8 +122,7 @@ def search_assignment(
 
 def largest_first(task: PlacementTask) -> list[int]:
     """Table indices by bytes, largest first (ties by index): the order that packs best."""
-    sizes = task.table_bytes()
-    return sorted(range(len(sizes)), key=lambda i: (-int(sizes[i]), i))
+    return np.argsort(-task.table_bytes(), kind="stable").tolist()
 
 
 def least_used_first(_table: int, _load: np.ndarray, used: np.ndarray) -> Sequence[int]:
@@ -146,8 +145,9 @@ def assign_within_memory(
     """
     check_capacity(task)
     brief = 20 * len(task.tables)
-    tries = [(order, prefer, keys, brief), (largest_first(task), prefer, keys, brief)]
-    tries.append((largest_first(task), least_used_first, None, NODE_LIMIT))
+    packing_order = largest_first(task)
+    tries = [(order, prefer, keys, brief), (packing_order, prefer, keys, brief)]
+    tries.append((packing_order, least_used_first, None, NODE_LIMIT))
     for try_order, try_prefer, try_keys, limit in tries:
         devices, exhausted = search_assignment(task, try_order, try_prefer, try_keys, limit)
         if devices is not None:
@@ -201,14 +201,15 @@ class CompletionGuard:
         self.big = sorted(
             ((int(s), k) for k, s in enumerate(self.sizes) if s > big_limit), reverse=True
         )
+        self.last_big = max((k for _, k in self.big), default=-1)
 
     def mask(self, step: int, used: np.ndarray) -> np.ndarray:
         """Allowed devices [episodes, devices] for the table at `step`, given bytes `used`."""
         size = self.sizes[step]
         room = used + size <= self.cap
-        big = [s for s, k in self.big if k > step]
-        if not big:
+        if step >= self.last_big:  # no big table to come: room is all it takes
             return room
+        big = [s for s, k in self.big if k > step]
         allowed = room.copy()
         for e in range(len(used)):
             free = self.cap - used[e]

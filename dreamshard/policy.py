@@ -109,7 +109,8 @@ class PlacementPolicy(nn.Module):
         generator state, the same samples; floating-point rounding aside), no gradients.
         """
         if not torch.is_grad_enabled():
-            return fast_rollout(self, task, costnet, episodes, greedy, generator)
+            split = (episodes, 0) if greedy else (0, episodes)
+            return fast_rollout(self, task, costnet, *split, generator)
         features, cost_encoded, order, guard = table_order(task, costnet)
         policy_encoded = self.table_encoder(features)
         sizes = task.table_bytes()
@@ -203,27 +204,36 @@ class DeviceScorer:
 
 
 def fast_choice(
-    logits: np.ndarray, allowed: np.ndarray, greedy: bool, generator: torch.Generator | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`masked_choice` in NumPy: (action, its log-probability, entropy, stuck) per episode.
+    logits: np.ndarray, allowed: np.ndarray, greedy: int, generator: torch.Generator | None
+) -> np.ndarray:
+    """`masked_choice`'s devices in NumPy: the first `greedy` episodes take the best allowed
+    device, the others sample. `allowed` [E, D] must have a device in every row.
 
-    Sampling draws what torch.multinomial draws for one sample (q ~ Exp(1) of the probabilities'
-    shape from `generator`, then argmax of p / q), so a seed gives the same samples.
+    Sampling draws what torch.multinomial draws for one sample of each sampled row (q ~ Exp(1)
+    of their shape from `generator`, then argmax of p / q), so a seed gives the same samples.
     """
-    stuck = ~allowed.any(axis=1)
-    if stuck.any():
-        allowed = allowed | stuck[:, None]
-    shifted = np.where(allowed, logits, -np.inf)
-    shifted -= shifted.max(axis=1, keepdims=True)
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    probs = np.exp(log_p)
-    if greedy:
-        action = probs.argmax(axis=1)
-    else:
+    masked = np.where(allowed, logits, -np.inf)
+    action = masked.argmax(axis=1)
+    if greedy < len(masked):
+        shifted = masked[greedy:]
+        probs = np.exp(shifted - shifted.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
         q = torch.empty(probs.shape).exponential_(generator=generator).numpy()
-        action = (probs / q).argmax(axis=1)
-    entropy = -(probs * np.where(allowed, log_p, 0)).sum(axis=1)
-    return action, log_p[np.arange(len(action)), action], entropy, stuck
+        action[greedy:] = (probs / q).argmax(axis=1)
+    return action
+
+
+def episode_statistics(
+    logits: np.ndarray, allowed: np.ndarray, actions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of log-probabilities, mean entropy) per episode, from every step's logits and
+    allowed devices [steps, E, D] and actions [steps, E] at once."""
+    masked = np.where(allowed, logits, -np.inf)
+    shifted = masked - masked.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    entropy = -(np.exp(log_p) * np.where(allowed, log_p, 0)).sum(axis=-1)
+    taken = np.take_along_axis(log_p, actions[..., None], axis=-1)[..., 0]
+    return taken.sum(axis=0), entropy.mean(axis=0)
 
 
 @torch.no_grad()
@@ -231,50 +241,48 @@ def fast_rollout(
     policy: PlacementPolicy,
     task: PlacementTask,
     costnet: CostNet,
-    episodes: int,
-    greedy: bool = False,
+    greedy: int,
+    sampled: int,
     generator: torch.Generator | None = None,
 ) -> Rollout:
-    """`PlacementPolicy.rollout` without gradients: per step only the devices just chosen
-    are re-scored. The sums add the same float32 numbers in the same order as the reference."""
+    """`greedy` argmax episodes, then `sampled` ones, as `PlacementPolicy.rollout` would run
+    them but without gradients: per step only the devices just chosen are re-scored. The sums
+    add the same float32 numbers in the same order as the reference."""
     features, cost_encoded, order, guard = table_order(task, costnet)
     policy_encoded = policy.table_encoder(features).numpy()
     encoded = np.concatenate([policy_encoded, cost_encoded.numpy()], axis=1)
     scorer = DeviceScorer(policy, costnet)
     sizes = task.table_bytes()
-    e, d = episodes, task.num_devices
+    e, d, t = greedy + sampled, task.num_devices, len(order)
     state = np.zeros((e, d, encoded.shape[1]), dtype=np.float32)  # [policy sum ; cost sum]
     empty = scorer.device_part(state[0, :1])
     # a table-aware policy adds the table's share per step; otherwise whole scores are cached
     cached = np.repeat(empty if policy.table_aware else scorer.logits(empty, None), e * d, axis=0)
     cached = cached.reshape(e, d, *cached.shape[1:])
     used = np.zeros((e, d), dtype=np.int64)
-    devices = np.full((e, len(order)), -1, dtype=np.int64)
-    legal = np.ones(e, dtype=bool)
-    log_prob, entropy_sum, rows = np.zeros(e), np.zeros(e), np.arange(e)
+    logits = np.empty((t, e, d), dtype=np.float32)
+    allowed = np.empty((t, e, d), dtype=bool)
+    actions = np.empty((t, e), dtype=np.int64)
+    legal, rows = np.ones(e, dtype=bool), np.arange(e)
     for step, table in enumerate(order):
         if policy.table_aware:
-            logits = scorer.logits(cached, policy_encoded[table])
+            logits[step] = scorer.logits(cached, policy_encoded[table])
         else:
-            logits = cached
-        action, log_p, entropy, stuck = fast_choice(
-            logits, guard.mask(step, used), greedy, generator
-        )
-        legal &= ~stuck
-        log_prob += log_p
-        entropy_sum += entropy
+            logits[step] = cached
+        allowed[step] = guard.mask(step, used)
+        stuck = ~allowed[step].any(axis=1)
+        if stuck.any():  # picks among all devices, to finish and be marked illegal
+            legal &= ~stuck
+            allowed[step, stuck] = True
+        action = actions[step] = fast_choice(logits[step], allowed[step], greedy, generator)
         changed = state[rows, action] + encoded[table]
         state[rows, action] = changed
         part = scorer.device_part(changed)
         cached[rows, action] = part if policy.table_aware else scorer.logits(part, None)
         used[rows, action] += sizes[table]
-        devices[:, table] = action
+    devices = np.empty((e, t), dtype=np.int64)
+    devices[:, order] = actions.T
+    log_prob, entropy = episode_statistics(logits, allowed, actions)
     cost_sum = torch.from_numpy(state[:, :, policy_encoded.shape[1] :])
     predicted = costnet.overall_head(cost_sum.max(dim=1).values).squeeze(-1)
-    return Rollout(
-        devices,
-        torch.from_numpy(log_prob).float(),
-        torch.from_numpy(entropy_sum / len(order)).float(),
-        predicted,
-        legal,
-    )
+    return Rollout(devices, torch.from_numpy(log_prob), torch.from_numpy(entropy), predicted, legal)

@@ -24,7 +24,13 @@ class PlacementTask:
     name: str = ""
 
     def table_bytes(self) -> np.ndarray:
-        return np.array([t.bytes(self.precision) for t in self.tables], dtype=np.int64)
+        """Bytes of each table at the task's precision (a copy; computed once per task, since
+        planners ask for it often and 856 tables take a millisecond or two)."""
+        sizes = self.__dict__.get("_table_bytes")
+        if sizes is None:
+            sizes = np.array([t.bytes(self.precision) for t in self.tables], dtype=np.int64)
+            object.__setattr__(self, "_table_bytes", sizes)  # frozen: set past the guard
+        return sizes.copy()
 
     def validate(self) -> None:
         """Raise DreamshardError for a task no planner should see."""

@@ -1,14 +1,18 @@
 """The policy's fast episodes (NumPy, no autograd) place exactly as the reference ones."""
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamshard.costnet import CostNet
+from dreamshard.learned import dreamshard_place, predicted_overall
+from dreamshard.model_io import DreamShardModel
+from dreamshard.planners import HEURISTIC_KEYS, greedy_place
 from dreamshard.policy import PlacementPolicy, fast_rollout
 from dreamshard.tables import Table
-from dreamshard.tasks import PlacementTask
+from dreamshard.tasks import PlacementTask, is_legal
 
 MiB = 2**20
 
@@ -57,7 +61,7 @@ def test_fast_greedy_places_as_the_reference(case):
     task = random_task(seed, num_tables, num_devices, slack)
     policy, costnet = networks(seed, table_aware)
     reference = policy.rollout(task, costnet, 1, greedy=True)  # autograd on: the reference
-    fast = fast_rollout(policy, task, costnet, 1, greedy=True)
+    fast = fast_rollout(policy, task, costnet, 1, 0)
     assert fast.devices.tolist() == reference.devices.tolist()
     assert fast.legal.tolist() == reference.legal.tolist()
     assert torch.allclose(fast.predicted, reference.predicted)
@@ -74,7 +78,7 @@ def test_fast_samples_match_the_reference_for_a_seed(case):
     reference_generator = torch.Generator().manual_seed(seed)
     reference = policy.rollout(task, costnet, 4, generator=reference_generator)
     fast_generator = torch.Generator().manual_seed(seed)
-    fast = fast_rollout(policy, task, costnet, 4, generator=fast_generator)
+    fast = fast_rollout(policy, task, costnet, 0, 4, fast_generator)
     assert fast.devices.tolist() == reference.devices.tolist()
     assert fast.legal.tolist() == reference.legal.tolist()
     assert torch.equal(fast_generator.get_state(), reference_generator.get_state())
@@ -86,5 +90,21 @@ def test_rollout_without_autograd_takes_the_fast_path():
     with torch.no_grad():
         placed = policy.rollout(task, costnet, 2, generator=torch.Generator().manual_seed(5))
     assert not placed.log_prob.requires_grad
-    again = fast_rollout(policy, task, costnet, 2, generator=torch.Generator().manual_seed(5))
+    again = fast_rollout(policy, task, costnet, 0, 2, torch.Generator().manual_seed(5))
     assert placed.devices.tolist() == again.devices.tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_planner_picks_what_the_reference_episodes_would_give(seed):
+    task = random_task(seed, 40, 8, 1.05)
+    policy, costnet = networks(seed, table_aware=seed == 1)
+    model = DreamShardModel(costnet, policy)
+    greedy = policy.rollout(task, costnet, 1, greedy=True)
+    sampled = policy.rollout(task, costnet, 3, generator=torch.Generator().manual_seed(seed))
+    candidates = [greedy.placement(0, "dreamshard")]
+    candidates += [sampled.placement(e, "dreamshard") for e in range(3) if sampled.legal[e]]
+    candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
+    candidates = [c for c in candidates if is_legal(task, c)]
+    scores = predicted_overall(model, task, candidates)
+    expected = candidates[int(np.argmin(scores))]
+    assert dreamshard_place(task, model, samples=3, seed=seed).devices == expected.devices
