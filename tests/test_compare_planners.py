@@ -6,6 +6,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+import torch
 from test_learning import small_config
 
 from dreamshard.model_io import save_model
@@ -16,7 +18,7 @@ from dreamshard.train import train
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "compare_planners.py"
 PLANNERS = ["random", "dim", "size", "lookup", "size_lookup", "torchrec", "torchrec (no reserve)",
             "rnn", "dreamshard", "dreamshard_search", "milp", "best_known"]  # fmt: skip
-SUITES = ["cpu-12x3", "cpu-12x2"]  # the model (and so the RNN) is trained for 3 devices
+SUITES = ["cpu-12x2"]  # the model (so the RNN) is trained on cpu-16x3: the RNN declines these
 
 
 def load_script():
@@ -27,10 +29,20 @@ def load_script():
     return module
 
 
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny networks on a busy 2-core host: one thread is 2-3x faster
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_the_report_has_every_planner_and_every_placement_is_legal(tmp_path, monkeypatch):
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
     model_path = tmp_path / "model.pt"
-    save_model(train(small_config(tmp_path, iterations=1), log=lambda *_: None), model_path)
+    config = small_config(tmp_path, iterations=1, costnet_steps=20, policy_updates=2)
+    save_model(train(config, log=lambda *_: None), model_path)  # structure, not quality
     out = tmp_path / "results" / "planners.md"
     report = load_script().main([
         "--model", str(model_path), "--backend", "simulated", "--suites", ",".join(SUITES),
@@ -49,7 +61,7 @@ def test_the_report_has_every_planner_and_every_placement_is_legal(tmp_path, mon
     assert [t["name"] for t in data["tasks"]] == list(tasks)
     for record in data["tasks"]:
         task, results = tasks[record["name"]], record["results"]
-        assert (task.num_devices == 3) == ("placement" in results["rnn"])
+        assert results["rnn"]["declined"] == "n/a: trained for 3 devices"
         for planner in ("random", "dim", "size", "lookup", "size_lookup", "dreamshard",
                         "dreamshard_search", "best_known"):  # fmt: skip
             assert "placement" in results[planner], planner
