@@ -3,8 +3,14 @@
 Run (from a clean checkout; `--model` saves the 5-minute training on fbgemm):
     .venv/bin/python benchmarks/compare_planners.py --model RUN/model.pt
         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--tasks 1] [--rounds 5]
-        [--search-budget 30] [--rnn RNN.pt] [--backend fbgemm] [--out REPORT.md]
+        [--search-budget 40] [--rnn RNN.pt] [--backend fbgemm] [--out REPORT.md]
 Smoke run: --backend simulated --train-backend simulated --train-iterations 2 --rounds 2
+
+Time on a quiet 2-core CPU host, fbgemm: one measurement takes about 2 s (cpu-50x4), 3 s
+(cpu-100x4), 3.5 s (cpu-100x8), 8.5 s (cpu-200x8); a task costs its ~10 distinct placements
+measured once to screen, the search budget, and ~10 x --rounds: about 90 measurements with the
+defaults, so about 30 min for the four suites at one task each (each further task per suite
+adds about 25 min), plus training without --model (5+ min).
 
 Planners: random, the four greedy heuristics, TorchRec's planner (with its own reservation,
 and without it on the same caps as ours), the RNN placer (trained for the model's device
@@ -77,9 +83,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rnn", help="a trained RNN placer (default: train one here)")
     parser.add_argument("--rnn-updates", type=int, default=RnnTrainConfig.updates)
     parser.add_argument("--suites", default=SUITES)
-    parser.add_argument("--tasks", type=int, default=1, help="held-out tasks per suite")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5)")
-    parser.add_argument("--search-budget", type=int, default=30,
+    parser.add_argument("--tasks", type=int, default=1,
+                        help="held-out tasks per suite (~25 min each)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds (5+ to resolve 5%% differences)")  # fmt: skip
+    parser.add_argument("--search-budget", type=int, default=40,
                         help="measurements per task for the best known search")  # fmt: skip
     parser.add_argument("--milp-seconds", type=float, default=10.0)
     parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
