@@ -120,6 +120,30 @@ def search_assignment(
     return None, True
 
 
+def least_load_dive(
+    task: PlacementTask, order: Sequence[int], keys: np.ndarray
+) -> list[int] | None:
+    """The first path of `search_assignment` when the preference is smallest key load first
+    (ties by index): each table, in `order`, to the least-loaded device with room. None where
+    a table finds no room and the search would have to backtrack. A few array operations per
+    table instead of the search's sorted candidate lists: the same answer, several times sooner.
+    """
+    sizes = task.table_bytes()
+    cap = task.memory_cap_bytes
+    used = np.zeros(task.num_devices, dtype=np.int64)
+    load = np.zeros(task.num_devices)
+    devices = [-1] * len(sizes)
+    for table in order:
+        room = used + sizes[table] <= cap
+        if not room.any():
+            return None
+        device = int(np.where(room, load, np.inf).argmin())
+        used[device] += sizes[table]
+        load[device] += keys[table]
+        devices[table] = device
+    return devices
+
+
 def largest_first(task: PlacementTask) -> list[int]:
     """Table indices by bytes, largest first (ties by index): the order that packs best."""
     return np.argsort(-task.table_bytes(), kind="stable").tolist()

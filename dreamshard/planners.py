@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.errors import DreamshardError
-from dreamshard.packing import assign_within_memory, largest_first
+from dreamshard.packing import assign_within_memory, largest_first, least_load_dive
 from dreamshard.tables import Table
 from dreamshard.tasks import Placement, PlacementTask
 
@@ -43,7 +43,9 @@ def greedy_place(task: PlacementTask, key_name: str) -> Placement:
     def smallest_load_first(_table, load, _used):
         return np.argsort(load, kind="stable")
 
-    devices = assign_within_memory(task, order, smallest_load_first, key_name, keys)
+    devices = least_load_dive(task, order, keys)  # the search's first path, when memory allows
+    if devices is None:
+        devices = assign_within_memory(task, order, smallest_load_first, key_name, keys)
     return Placement(tuple(devices), method=key_name)
 
 

@@ -1,4 +1,5 @@
-"""The policy's fast episodes (NumPy, no autograd) place exactly as the reference ones."""
+"""Fast paths of placing give what the reference paths give: the policy's episodes without
+autograd (NumPy), the greedy heuristics' dive, the `dreamshard` planner built on them."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 from dreamshard.costnet import CostNet
 from dreamshard.learned import dreamshard_place, predicted_overall
 from dreamshard.model_io import DreamShardModel
-from dreamshard.planners import HEURISTIC_KEYS, greedy_place
+from dreamshard.packing import least_load_dive, search_assignment
+from dreamshard.planners import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.policy import PlacementPolicy, fast_rollout
 from dreamshard.tables import Table
 from dreamshard.tasks import PlacementTask, is_legal
@@ -108,3 +110,27 @@ def test_the_planner_picks_what_the_reference_episodes_would_give(seed):
     scores = predicted_overall(model, task, candidates)
     expected = candidates[int(np.argmin(scores))]
     assert dreamshard_place(task, model, samples=3, seed=seed).devices == expected.devices
+
+
+dive_cases = st.tuples(
+    st.integers(0, 10_000),
+    st.integers(1, 30),
+    st.integers(1, 6),
+    st.sampled_from([1.0, 1.02, 1.1, 1.5]),
+    st.sampled_from(list(HEURISTIC_KEYS)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=dive_cases)
+def test_the_greedy_dive_is_the_searchs_first_path(case):
+    seed, num_tables, num_devices, slack, key = case
+    task = random_task(seed, num_tables, num_devices, slack)
+    keys = heuristic_keys(task, key)
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    dive = least_load_dive(task, order, keys)
+    searched, _ = search_assignment(
+        task, order, lambda _t, load, _u: np.argsort(load, kind="stable"), keys, len(order)
+    )
+    # with one node per table the search gets no further than its first path
+    assert dive == searched
