@@ -83,8 +83,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="table pool seed (default 0)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: the policy's small steps gain nothing "
-                        "from more, and lose much when other work shares the cores)")  # fmt: skip
+                        help="torch threads (default 1); dreamshard places on one thread "
+                        "whatever this says, so it matters to TorchRec's planner only")  # fmt: skip
     args = parser.parse_args()
     import torch
 
