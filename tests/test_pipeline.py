@@ -192,9 +192,11 @@ def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
         (env_home, "models:/no-such-model/3"),
     ]
     script = str(Path(sys.executable).parent / "dreamshard")
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: earlier tests' stores must not leak
+    clean = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     for env, uri in cases:
         done = subprocess.run([script, *place, uri], capture_output=True, text=True,
-                              env={**os.environ, **env})  # fmt: skip
+                              env={**clean, **env})  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     done = subprocess.run([sys.executable, "-m", "flows.pipeline"], capture_output=True,
