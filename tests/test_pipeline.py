@@ -160,8 +160,10 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
     program = ("from flows.collect_costs import collect_costs; "
                f"collect_costs('cpu-12x2', 'fbgemm', 40, out={str(tmp_path)!r})")  # fmt: skip
     env = {**os.environ, "DREAMSHARD_HOME": str(tmp_path / "home")}
+    # its own session, so that killing it also kills its ephemeral Prefect server
     child = subprocess.Popen([sys.executable, "-c", program], env=env, cwd=Path.cwd(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and child.poll() is None:
@@ -170,7 +172,7 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
             time.sleep(0.2)
         assert child.poll() is None, "the collection finished before it could be killed"
     finally:
-        os.kill(child.pid, signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     stored = len(dataset_keys(dataset))
     assert 3 <= stored < 40
