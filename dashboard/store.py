@@ -16,7 +16,6 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dreamshard.errors import DreamshardError
 from dreamshard.tracking import COSTNET_MODEL, POLICY_MODEL, tracking_uri
 
 TTL_S = 60
@@ -49,15 +48,9 @@ def store_exists(uri: str) -> bool:
 
 
 def _client(uri: str):
-    from mlflow import MlflowClient
+    from dreamshard.tracking import checked_client
 
-    client = MlflowClient(uri, uri)
-    try:
-        client.search_experiments(max_results=1)
-    except Exception as exc:  # noqa: BLE001  (network, auth and schema errors all mean "can't read it")
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise DreamshardError(f"MLflow tracking URI {uri} cannot be read: {first}") from None
-    return client
+    return checked_client(uri)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

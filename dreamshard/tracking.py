@@ -48,11 +48,8 @@ def is_local(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:")) or "://" not in uri
 
 
-def connect(uri: str | None = None) -> MlflowClient:
-    """Point MLflow at `uri` (default: the local sqlite store) and check that it answers."""
-    uri = tracking_uri(uri)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
+def checked_client(uri: str) -> MlflowClient:
+    """A client of `uri` that has answered once (no global MLflow setting is changed)."""
     client = MlflowClient(uri, uri)
     try:
         client.search_experiments(max_results=1)
@@ -60,6 +57,14 @@ def connect(uri: str | None = None) -> MlflowClient:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DreamshardError(f"MLflow tracking URI {uri} cannot be used: {first}") from None
     return client
+
+
+def connect(uri: str | None = None) -> MlflowClient:
+    """Point MLflow at `uri` (default: the local sqlite store) and check that it answers."""
+    uri = tracking_uri(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return checked_client(uri)
 
 
 def experiment_name(suite: str) -> str:

@@ -56,3 +56,30 @@ def pipeline_home(tmp_path_factory) -> Path:
                           cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
     assert done.returncode == 0, f"the tiny pipeline failed:\n{done.stderr[-3000:]}"
     return home
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float, process: subprocess.Popen | None = None) -> None:
+    """Until `url` answers 200; fails when `timeout` passes or `process` exits first."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None:
+            assert process.poll() is None, f"the server exited with code {process.returncode}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"nothing answered at {url} within {timeout:.0f} s")

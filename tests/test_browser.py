@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port, wait_for_http
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -26,25 +26,6 @@ EXCEPTION = '[data-testid="stException"]'
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run",
          "--window-size=1600,1300")  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        assert server.poll() is None, f"streamlit exited with code {server.returncode}"
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"streamlit did not answer at {url} within {START_TIMEOUT_S} s")
 
 
 @pytest.fixture
@@ -63,7 +44,7 @@ def server(pipeline_home, tmp_path):
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, process)
+        wait_for_http(f"{url}/_stcore/health", START_TIMEOUT_S, process)
         yield url
     finally:
         os.kill(process.pid, signal.SIGTERM)

@@ -190,7 +190,7 @@ def test_an_unreachable_server_is_one_error_line(empty_env, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     at = open_page("runs")
     assert not at.exception
-    assert "cannot be read" in at.error[0].value
+    assert "cannot be used" in at.error[0].value
 
 
 # --- the plain functions under the pages ------------------------------------------------------

@@ -5,23 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port, wait_for_http
+
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).parent / "prefect")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop(process: subprocess.Popen, signals=(signal.SIGINT, signal.SIGINT)) -> None:
@@ -39,18 +32,6 @@ def stop(process: subprocess.Popen, signals=(signal.SIGINT, signal.SIGINT)) -> N
         process.wait()
 
 
-def wait_healthy(url: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"the Prefect server at {url} did not become healthy")
-
-
 @pytest.fixture
 def server(tmp_path):
     port = free_port()
@@ -62,7 +43,7 @@ def server(tmp_path):
     command = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(env["PREFECT_API_URL"])
+        wait_for_http(f"{env['PREFECT_API_URL']}/health", 180)
         yield env
     finally:
         stop(process, (signal.SIGTERM,))
