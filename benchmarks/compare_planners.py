@@ -22,7 +22,7 @@ measurements within a budget per task. Its neighbours are many, so in each batch
 The search's own measurements are kept out of the ratios (winner's curse): its result is
 measured again with everything else.
 
-All placements of all suites are measured in ONE interleaved run (`dreamshard.evaluate`),
+All placements of all suites are measured in ONE interleaved run (`dreamshard.evaluation.evaluate`),
 `--rounds` rounds; identical placements share one measurement per round. Ratios are paired
 within rounds (geometric mean over rounds per task, then over tasks; min-max over tasks):
 (a) vs the strongest fixed heuristic of the suite, (b) vs the per-task best heuristic, (c) vs
@@ -45,26 +45,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dreamshard.backends import make_backend
-from dreamshard.compare import geometric_mean
-from dreamshard.dataset import CostDataset, hardware, versions
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluate import Evaluation, evaluate
-from dreamshard.features import feature_matrix
+from dreamshard.evaluation.evaluate import Evaluation, evaluate
+from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.files import write_text_atomic
-from dreamshard.milp import MilpResult, solve_milp
-from dreamshard.model_io import DreamShardModel, load_model
-from dreamshard.planners import HEURISTIC_KEYS, place
+from dreamshard.learn.model_file import DreamShardModel, load_model
+from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, train_rnn
+from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.train import TrainConfig, train
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.milp import MilpResult, solve_milp
+from dreamshard.planners.search import costnet_scorer, local_search
+from dreamshard.planners.torchrec_planner import torchrec_place
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
-from dreamshard.rnn import RnnPlacer, load_rnn, rnn_place, train_rnn
-from dreamshard.rnn_config import RnnTrainConfig
-from dreamshard.search import costnet_scorer, local_search
 from dreamshard.state import state_dir
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tasks import Placement, PlacementTask
-from dreamshard.torchrec_planner import torchrec_place
-from dreamshard.train import TrainConfig, train
+from dreamshard.tables.features import feature_matrix
 
 RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/gloo_alltoall.py [--procs 2 4]
 Prints the median time per message size and a latency-per-peer + bandwidth fit, the figures
-behind TOPOLOGIES["cpu-gloo"] in dreamshard/comm.py.
+behind TOPOLOGIES["cpu-gloo"] in dreamshard/costs/comm.py.
 """
 
 from __future__ import annotations

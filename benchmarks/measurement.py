@@ -13,16 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.compare import cv, measure_interleaved, paired_ratios
-from dreamshard.dataset import hardware, versions
-from dreamshard.fbgemm_backend import FbgemmBackend
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.costs.fbgemm import FbgemmBackend
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.evaluation.rounds import cv, measure_interleaved, paired_ratios
 from dreamshard.files import write_text_atomic
-from dreamshard.planners import PLANNERS, place
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
-from dreamshard.simulated import SimulatedBackend
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.synthetic import generate_tables
-from dreamshard.traces import concat_traces
+from dreamshard.tables.synthetic import generate_tables
+from dreamshard.tables.traces import concat_traces
 from gpu_tasks.tbe import GroupInput, time_groups
 
 RESULTS = Path(__file__).parent / "results" / "measurement.md"

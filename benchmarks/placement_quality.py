@@ -20,17 +20,18 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from dreamshard.backends import make_backend
-from dreamshard.compare import geometric_mean, measure_interleaved
-from dreamshard.dataset import hardware, versions
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.evaluation.rounds import geometric_mean, measure_interleaved
 from dreamshard.files import write_text_atomic
-from dreamshard.model_io import load_model
-from dreamshard.planners import HEURISTIC_KEYS, place
+from dreamshard.learn.model_file import load_model
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import PlacementTask
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.synthetic import generate_tables
-from dreamshard.tasks import PlacementTask
+from dreamshard.tables.synthetic import generate_tables
 
 RESULTS = Path(__file__).parent / "results" / "placement_quality.md"
 PLANNERS = ["random", *HEURISTIC_KEYS, "dreamshard-greedy", "dreamshard"]
@@ -72,7 +73,7 @@ def suite_table(costs: np.ndarray) -> tuple[list[list], dict]:
 
 
 def cost_model_accuracy(model, items, breakdowns) -> str:
-    from dreamshard.learned import predicted_overall
+    from dreamshard.planners.dreamshard_planner import predicted_overall
 
     rows = []
     for label, keep in (("all placements", lambda p: True),

@@ -21,13 +21,13 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from dreamshard.dataset import hardware, versions
+from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
-from dreamshard.planners import place
+from dreamshard.methods import place
+from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.report import format_table
-from dreamshard.synthetic import generate_tables
-from dreamshard.tasks import PlacementTask, check_legal
+from dreamshard.tables.synthetic import generate_tables
 
 RESULTS = Path(__file__).parent / "results" / "planning_speed.md"
 NUM_TABLES, NUM_DEVICES, SLACK = 856, 128, 1.3
@@ -44,8 +44,8 @@ def scale_task(seed: int) -> PlacementTask:
 
 def small_model(out: str):
     """A quickly trained model on the simulated backend (its size is the real one)."""
-    from dreamshard.train import train
-    from dreamshard.train_config import TrainConfig
+    from dreamshard.learn.train import train
+    from dreamshard.learn.train_config import TrainConfig
 
     config = TrainConfig(suite="cpu-50x4", backend="simulated", out=out, iterations=1,
                          placements_per_iteration=2, costnet_steps=20, policy_updates=1,
@@ -100,7 +100,7 @@ def main() -> None:
             model = small_model(tmp)
             source = f"trained here on simulated cpu-50x4 in {time.perf_counter() - start:.0f} s"
 
-        from dreamshard.torchrec_planner import torchrec_place
+        from dreamshard.planners.torchrec_planner import torchrec_place
 
         start = time.perf_counter()
         try:

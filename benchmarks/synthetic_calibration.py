@@ -1,7 +1,7 @@
 """Compare the synthetic generator's aggregate statistics with the public data set's.
 
 Run: .venv/bin/python benchmarks/synthetic_calibration.py [--profile dlrm] [--tables 856]
-Prints the data set's figures (shared/reference/dlrm_datasets.md) beside the generator's
+Prints the data set's figures (its locality_stats.txt, docs/tables.md) beside the generator's
 expected ones, per histogram bin, with the L1 distance of each histogram.
 """
 
@@ -12,8 +12,8 @@ import argparse
 import numpy as np
 
 from dreamshard.report import format_table
-from dreamshard.synthetic import PROFILES, draw_table, expected_histogram
-from dreamshard.tables import NUM_BINS
+from dreamshard.tables.synthetic import PROFILES, draw_table, expected_histogram
+from dreamshard.tables.table import NUM_BINS
 
 DATASET_UNIQUE = [0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001, 0.001]
 DATASET_UNIQUE += [0.0] * (NUM_BINS - len(DATASET_UNIQUE))

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.files import write_text_atomic
-from dreamshard.planners import HEURISTIC_KEYS, place
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
-from dreamshard.simulated import SimulatedBackend
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.train import train
-from dreamshard.train_config import TrainConfig
 
 RESULTS = Path(__file__).parent / "results" / "table_aware_ablation.md"
 SUITES = ("cpu-50x4", "cpu-100x4", "cpu-100x8", "cpu-200x8")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dreamshard.compare import geometric_mean
-from dreamshard.costnet import DEVICE_TERMS
-from dreamshard.planners import HEURISTIC_KEYS
-from dreamshard.tables import BYTES_PER_WEIGHT
+from dreamshard.evaluation.rounds import geometric_mean
+from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.tables.table import BYTES_PER_WEIGHT
 
 MIB = 2**20
 
@@ -46,8 +46,8 @@ def ratios_to_best_heuristic(evaluation: dict) -> pd.DataFrame:
     """task, planner, ratio: cost / the task's best heuristic, geometric mean over rounds.
 
     The best heuristic of a task is the one with the lowest mean cost on it, compared round by
-    round (rounds are interleaved), as `dreamshard.evaluate.Evaluation` does. A planner that
-    declined a task (no placement) has no row for it.
+    round (rounds are interleaved), as `dreamshard.evaluation.evaluate.Evaluation` does.
+    A planner that declined a task (no placement) has no row for it.
     """
     rows = []
     for task in evaluation["tasks"]:

@@ -1,7 +1,7 @@
 """Placing tables from the dashboard: the user's table spec, the planner or model, the prediction.
 
 No Streamlit here. A spec given as text (an upload or a pasted CSV) is read by the same
-`dreamshard.table_io.load_tables` the CLI uses, so both accept and refuse the same files.
+`dreamshard.tables.sources.load_tables` the CLI uses, so both accept and refuse the same files.
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from dreamshard.costnet import DEVICE_TERMS
 from dreamshard.errors import DreamshardError
-from dreamshard.model_io import DreamShardModel
-from dreamshard.planners import PLANNERS, place
-from dreamshard.table_io import load_tables
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask
+from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.sources import load_tables
+from dreamshard.tables.table import Table
 
 HEURISTICS = tuple(PLANNERS)  # random and the four greedy keys: no model needed
 EXAMPLE_CSV = """name,rows,dim,pooling_factor

@@ -10,8 +10,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from dreamshard.costs import COST_TERMS
-from dreamshard.planners import HEURISTIC_KEYS
+from dreamshard.costs.types import COST_TERMS
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
 
 TERM_COLOURS = {
     "fwd_comp": "#4C78A8",

@@ -1,16 +1,43 @@
-"""dreamshard: learned placement of embedding tables across devices."""
+"""dreamshard: learned placement of embedding tables across devices.
 
-from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.planners import PLANNERS, place
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask
+The packages name the stages, bottom to top; a module imports only from its own stage and the
+ones below it (docs/design.md has the map, `tests/test_layout.py` keeps it free of circles):
 
-__all__ = [
-    "PLANNERS",
-    "DreamshardError",
-    "InfeasibleError",
-    "Placement",
-    "PlacementTask",
-    "Table",
-    "place",
-]
+- root modules `errors`, `files`, `state`, `progress`, `report`: used by every stage;
+- `tables`: tables, features, the synthetic generator, traces, table files and the data set;
+- `placement`: tasks, placements, packing within memory, the heuristics, suites, plan files;
+- `costs`: cost types, communication, the fbgemm and simulated backends, the cost dataset;
+- `learn`: the cost network, the policy, their training, model files, the RNN baseline;
+- `planners`: the dreamshard planner, search, MILP, bounds, TorchRec's planner;
+- `tracking`: MLflow, the only module that imports it;
+- `methods`: every planner by name (`place`), models from files and the registry;
+- `evaluation`: planners placed and measured in interleaved rounds, and every ratio;
+- `integrations`: TorchRec plans; `cli`: the `dreamshard` command.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from dreamshard import _moved
+
+# `import dreamshard` stays quick: what it offers is imported on first use.
+_EXPORTS = {
+    "DreamshardError": "dreamshard.errors",
+    "InfeasibleError": "dreamshard.errors",
+    "Table": "dreamshard.tables.table",
+    "Placement": "dreamshard.placement.tasks",
+    "PlacementTask": "dreamshard.placement.tasks",
+    "PLANNERS": "dreamshard.placement.heuristics",
+    "METHODS": "dreamshard.methods",
+    "place": "dreamshard.methods",
+}
+__all__ = sorted(_EXPORTS)
+
+_moved.install()
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dreamshard' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -24,12 +24,13 @@ import pandas as pd  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
-from dreamshard.dataset import hardware, versions  # noqa: E402
+from dreamshard.costs.dataset import hardware, versions  # noqa: E402
 from dreamshard.errors import DreamshardError  # noqa: E402
-from dreamshard.model_io import DreamShardModel, load_model  # noqa: E402
+from dreamshard.learn.model_file import DreamShardModel, load_model  # noqa: E402
+from dreamshard.placement.tasks import Placement, PlacementTask  # noqa: E402
+from dreamshard.planners.dreamshard_planner import dreamshard_place  # noqa: E402
 from dreamshard.state import state_dir  # noqa: E402
-from dreamshard.tables import Table  # noqa: E402
-from dreamshard.tasks import Placement, PlacementTask  # noqa: E402
+from dreamshard.tables.table import Table  # noqa: E402
 
 POLICY_MODEL = "dreamshard-policy"
 COSTNET_MODEL = "dreamshard-costnet"
@@ -125,8 +126,6 @@ class PlacementModel(mlflow.pyfunc.PythonModel):
         self.model = load_model(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None):
-        from dreamshard.learned import dreamshard_place
-
         params = {**DEFAULT_PARAMS, **(params or {})}
         task = PlacementTask(tables_from_frame(model_input), int(params["num_devices"]),
                              int(params["memory_cap_bytes"]), str(params["precision"]))  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 import mlflow
 from prefect import flow
 
-from dreamshard.collect import collection_jobs
+from dreamshard.costs.collect import collection_jobs
+from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import markdown_table
-from dreamshard.suites import make_suite, parse_suite_name
 from flows.common import measure_job, mlflow_run, publish, work_dir
 
 

@@ -13,10 +13,10 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from dreamshard.backends import make_backend
-from dreamshard.collect import Job, measure_and_store
-from dreamshard.costs import CostBackend, PlacementCost
-from dreamshard.dataset import CostDataset
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.collect import Job, measure_and_store
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.state import state_dir
 from dreamshard.tracking import connect, run_tags, use_experiment
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import mlflow
 from prefect import flow
 
-from dreamshard.collect import Job
-from dreamshard.dataset import CostDataset
-from dreamshard.evaluate import Evaluation, evaluate, summary_table
-from dreamshard.learned import dreamshard_place
-from dreamshard.planners import PLANNERS
+from dreamshard.costs.collect import Job
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.evaluation.evaluate import Evaluation, evaluate, summary_table
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.planners.dreamshard_planner import dreamshard_place
 from dreamshard.report import markdown_table
-from dreamshard.suites import make_suite, parse_suite_name
 from dreamshard.tracking import (
     CANDIDATE,
     CHAMPION,

@@ -6,10 +6,10 @@ import mlflow
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from dreamshard.model_io import save_model
+from dreamshard.learn.model_file import save_model
+from dreamshard.learn.train import train_costnet
+from dreamshard.learn.train_config import TrainConfig
 from dreamshard.report import markdown_table
-from dreamshard.train import train_costnet
-from dreamshard.train_config import TrainConfig
 from flows.common import mlflow_run, publish, work_dir
 
 

@@ -10,10 +10,10 @@ import mlflow
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
 from dreamshard.report import markdown_table
 from dreamshard.tracking import COSTNET_MODEL, POLICY_MODEL, log_registered_model
-from dreamshard.train import train
-from dreamshard.train_config import TrainConfig
 from flows.common import mlflow_run, publish, work_dir
 
 

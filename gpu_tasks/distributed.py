@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from dreamshard.files import write_json_atomic
-from dreamshard.table_io import table_from_record
-from dreamshard.traces import concat_traces
+from dreamshard.tables.sources import table_from_record
+from dreamshard.tables.traces import concat_traces
 from gpu_tasks.tbe import TimingConfig, build_tbe
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamshard.tables import Table
+from dreamshard.tables.table import Table
 
 SCRIPT = Path(sys.executable).parent / "dreamshard"
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from dreamshard.plan import placement_from_plan, read_plan
-from dreamshard.table_io import load_tables
-from dreamshard.tasks import PlacementTask, is_legal
+from dreamshard.placement.plan_file import placement_from_plan, read_plan
+from dreamshard.placement.tasks import PlacementTask, is_legal
+from dreamshard.tables.sources import load_tables
 
 
 def test_help_explains_the_commands(cli):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dreamshard.comm import TOPOLOGIES, get_topology, modeled_comm, transfer_ms
+from dreamshard.costs.comm import TOPOLOGIES, get_topology, modeled_comm, transfer_ms
 from dreamshard.errors import DreamshardError
 
 

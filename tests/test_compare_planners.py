@@ -10,10 +10,10 @@ import pytest
 import torch
 from test_learning import small_config
 
-from dreamshard.model_io import save_model
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tasks import Placement, is_legal
-from dreamshard.train import train
+from dreamshard.learn.model_file import save_model
+from dreamshard.learn.train import train
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, is_legal
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "compare_planners.py"
 PLANNERS = ["random", "dim", "size", "lookup", "size_lookup", "torchrec", "torchrec (no reserve)",

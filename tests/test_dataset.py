@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from dreamshard.collect import collect, collection_jobs
-from dreamshard.dataset import CostDataset, record_costs, record_task
-from dreamshard.fbgemm_backend import FbgemmBackend
-from dreamshard.suites import make_suite, parse_suite_name
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset, record_costs, record_task
+from dreamshard.costs.fbgemm import FbgemmBackend
+from dreamshard.placement.suites import make_suite, parse_suite_name
 from gpu_tasks.tbe import TimingConfig
 from tests.conftest import SCRIPT
 

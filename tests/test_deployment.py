@@ -66,10 +66,10 @@ def test_deploy_from_prefect_yaml_and_run_on_a_worker(server, tmp_path):
                               cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         # the cost model needs measurements: collect a few in-process first (no server needed)
-        subprocess.run([sys.executable, "-c", "from dreamshard.backends import make_backend\n"
-                        "from dreamshard.collect import collect, collection_jobs\n"
-                        "from dreamshard.dataset import CostDataset\n"
-                        "from dreamshard.suites import make_suite, parse_suite_name\n"
+        subprocess.run([sys.executable, "-c", "from dreamshard.costs.backends import make_backend\n"
+                        "from dreamshard.costs.collect import collect, collection_jobs\n"
+                        "from dreamshard.costs.dataset import CostDataset\n"
+                        "from dreamshard.placement.suites import make_suite, parse_suite_name\n"
                         "from flows.common import work_dir\n"
                         "suite = make_suite(parse_suite_name('cpu-10x2', num_test_tasks=1))\n"
                         "collect(list(collection_jobs(suite, 12)), make_backend('simulated'),"

@@ -7,14 +7,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dreamshard.costnet import CostNet
-from dreamshard.learned import dreamshard_place, predicted_overall
-from dreamshard.model_io import DreamShardModel
-from dreamshard.packing import least_load_dive, search_assignment
-from dreamshard.planners import HEURISTIC_KEYS, greedy_place, heuristic_keys
-from dreamshard.policy import PlacementPolicy, fast_rollout
-from dreamshard.tables import Table
-from dreamshard.tasks import PlacementTask, is_legal
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.learn.policy import PlacementPolicy, fast_rollout
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
+from dreamshard.placement.packing import least_load_dive, search_assignment
+from dreamshard.placement.tasks import PlacementTask, is_legal
+from dreamshard.planners.dreamshard_planner import dreamshard_place, predicted_overall
+from dreamshard.tables.table import Table
 
 MiB = 2**20
 

@@ -6,18 +6,18 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dreamshard.costnet import CostNet
-from dreamshard.dataset import CostDataset
+from dreamshard.costs.dataset import CostDataset
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.examples import load_examples
-from dreamshard.fit import costnet_errors
-from dreamshard.model_io import DreamShardModel, load_model, model_state, save_model
-from dreamshard.planners import place
-from dreamshard.policy import PlacementPolicy
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask, is_legal
-from dreamshard.train import TrainConfig, train
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.costnet_data import load_examples
+from dreamshard.learn.costnet_fit import costnet_errors
+from dreamshard.learn.model_file import DreamShardModel, load_model, model_state, save_model
+from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.learn.train import TrainConfig, train
+from dreamshard.methods import place
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
+from dreamshard.tables.table import Table
 
 MiB = 2**20
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from dreamshard.costs import COST_TERMS
+from dreamshard.costs.fbgemm import FbgemmBackend, MeasurementError
+from dreamshard.costs.types import COST_TERMS
 from dreamshard.errors import DreamshardError
-from dreamshard.fbgemm_backend import FbgemmBackend, MeasurementError
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.table import Table
 from gpu_tasks.tbe import TimingConfig
 
 FAST = TimingConfig(warmup=1, iterations=5)

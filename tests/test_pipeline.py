@@ -105,8 +105,8 @@ def test_the_champion_places_tables_from_the_registry(first_run, home, tmp_path)
     assert '"method": "dreamshard"' in plan.read_text()
 
     from dreamshard import PlacementTask, place
-    from dreamshard.synthetic import generate_tables
-    from dreamshard.tasks import is_legal
+    from dreamshard.placement.tasks import is_legal
+    from dreamshard.tables.synthetic import generate_tables
 
     task = PlacementTask(tuple(generate_tables("cpu", 20, seed=5)), 3, 2**30)
     placement = place(task, "dreamshard", model="models:/dreamshard-policy@champion")
@@ -130,7 +130,7 @@ class FlakyBackend:
     """The simulated backend, except that its first measurement fails."""
 
     def __init__(self):
-        from dreamshard.backends import make_backend
+        from dreamshard.costs.backends import make_backend
 
         self.inner, self.calls = make_backend("simulated"), 0
         self.name = self.inner.name
@@ -139,7 +139,7 @@ class FlakyBackend:
         return self.inner.config()
 
     def measure(self, task, placement):
-        from dreamshard.fbgemm_backend import MeasurementError
+        from dreamshard.costs.fbgemm import MeasurementError
 
         self.calls += 1
         if self.calls == 1:

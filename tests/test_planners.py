@@ -6,9 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.planners import PLANNERS, place
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask, device_memory, is_legal
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.tasks import Placement, PlacementTask, device_memory, is_legal
+from dreamshard.tables.table import Table
 
 MiB = 2**20
 

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from test_planners import legal_placement_exists, make_task
 from test_planners import tasks as small_tasks
 
-from dreamshard.bounds import additive_makespan, lower_bounds
 from dreamshard.errors import InfeasibleError
-from dreamshard.milp import solve_milp
-from dreamshard.planners import PLANNERS, heuristic_keys, place
-from dreamshard.tasks import Placement, is_legal
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS, heuristic_keys
+from dreamshard.placement.tasks import Placement, is_legal
+from dreamshard.planners.bounds import additive_makespan, lower_bounds
+from dreamshard.planners.milp import solve_milp
 
 costs = st.lists(st.floats(0.0, 100.0), min_size=7, max_size=7)
 

@@ -6,18 +6,19 @@ from hypothesis import HealthCheck, given, settings
 from test_learning import small_config
 from test_learning import tasks as small_tasks
 
-from dreamshard.bounds import additive_makespan
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.learned import predicted_overall
-from dreamshard.milp import solve_milp
-from dreamshard.model_io import save_model
-from dreamshard.planners import heuristic_keys, place
-from dreamshard.rnn import load_rnn, rnn_place, save_rnn, train_rnn
-from dreamshard.rnn_config import RnnTrainConfig
-from dreamshard.search import costnet_scorer, local_search
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tasks import is_legal
-from dreamshard.train import train
+from dreamshard.learn.model_file import save_model
+from dreamshard.learn.rnn import load_rnn, rnn_place, save_rnn, train_rnn
+from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.train import train
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import heuristic_keys
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import is_legal
+from dreamshard.planners.bounds import additive_makespan
+from dreamshard.planners.dreamshard_planner import predicted_overall
+from dreamshard.planners.milp import solve_milp
+from dreamshard.planners.search import costnet_scorer, local_search
 
 RNN_CONFIG = RnnTrainConfig(suite="cpu-16x3", updates=10, train_tasks=6)
 

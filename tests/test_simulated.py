@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from dreamshard.calibrate import calibrate
-from dreamshard.collect import collect, collection_jobs
-from dreamshard.dataset import CostDataset
+from dreamshard.costs.calibrate import calibrate
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.fbgemm import FbgemmBackend
+from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel, group_features
 from dreamshard.errors import DreamshardError
-from dreamshard.fbgemm_backend import FbgemmBackend
-from dreamshard.simulated import SimulatedBackend, SimulatedModel, group_features
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.tables import Table
-from dreamshard.tasks import Placement, PlacementTask
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.table import Table
 from gpu_tasks.tbe import TimingConfig
 
 

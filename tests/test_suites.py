@@ -1,9 +1,16 @@
 import pytest
 
 from dreamshard.errors import DreamshardError
-from dreamshard.planners import PLANNERS, place
-from dreamshard.suites import load_suite, make_suite, parse_suite_name, save_suite, split_pool
-from dreamshard.tasks import is_legal
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import (
+    load_suite,
+    make_suite,
+    parse_suite_name,
+    save_suite,
+    split_pool,
+)
+from dreamshard.placement.tasks import is_legal
 
 
 @pytest.fixture(scope="module")

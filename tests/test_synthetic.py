@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dreamshard.synthetic import (
+from dreamshard.tables.synthetic import (
     DIMS,
     PROFILES,
     _bin_edges,
@@ -10,9 +10,9 @@ from dreamshard.synthetic import (
     generate_tables,
     generate_trace,
 )
-from dreamshard.tables import NUM_BINS, table_from_trace
+from dreamshard.tables.table import NUM_BINS, table_from_trace
 
-# The public data set's aggregate statistics (shared/reference/dlrm_datasets.md)
+# The public data set's aggregate statistics (its locality_stats.txt; docs/tables.md)
 DATASET_UNIQUE = [0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001] + [0.0] * 7
 DATASET_ACCESS = [
     0.069,

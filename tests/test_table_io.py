@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from dreamshard.dlrm_data import read_dataset_trace
 from dreamshard.errors import DreamshardError
-from dreamshard.synthetic import generate_tables
-from dreamshard.table_io import load_tables, save_tables
-from dreamshard.tables import DEFAULT_HISTOGRAM, table_from_trace
+from dreamshard.tables.dlrm_data import read_dataset_trace
+from dreamshard.tables.sources import load_tables, save_tables
+from dreamshard.tables.synthetic import generate_tables
+from dreamshard.tables.table import DEFAULT_HISTOGRAM, table_from_trace
 
 BINS = ",".join(f"bin_{j}" for j in range(17))
 

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from dreamshard.errors import DreamshardError
-from dreamshard.features import FEATURE_NAMES, feature_matrix, feature_vector
-from dreamshard.tables import (
+from dreamshard.tables.features import FEATURE_NAMES, feature_matrix, feature_vector
+from dreamshard.tables.table import (
     DEFAULT_HISTOGRAM,
     NUM_BINS,
     Table,

@@ -10,10 +10,7 @@ import numpy as np
 import pytest
 
 from dreamshard.errors import DreamshardError
-from dreamshard.planners import place
-from dreamshard.tables import Table
-from dreamshard.tasks import GIB, PlacementTask, is_legal
-from dreamshard.torchrec_export import (
+from dreamshard.integrations.torchrec_export import (
     placement_from_sharding_plan,
     read_torchrec_plan,
     sharding_plan,
@@ -21,7 +18,10 @@ from dreamshard.torchrec_export import (
     sharding_plan_to_dict,
     torchrec_plan_dict,
 )
-from dreamshard.torchrec_planner import torchrec_place
+from dreamshard.methods import place
+from dreamshard.placement.tasks import GIB, PlacementTask, is_legal
+from dreamshard.planners.torchrec_planner import torchrec_place
+from dreamshard.tables.table import Table
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_exported_plans_round_trip(torchrec):
 
 
 def test_torchrec_own_plan_exports_like_ours(torchrec):
-    from dreamshard.torchrec_planner import plan_with_torchrec, torchrec_request
+    from dreamshard.planners.torchrec_planner import plan_with_torchrec, torchrec_request
 
     task = random_task(np.random.default_rng(4), slack=2.0)
     plan = plan_with_torchrec(torchrec_request(task, reserve=False))
@@ -145,7 +145,7 @@ def test_without_torchrec_the_method_says_how_to_install(monkeypatch):
 
 def test_importing_dreamshard_does_not_import_torchrec():
     code = (
-        "import sys, dreamshard, dreamshard.cli, dreamshard.torchrec_export;"
+        "import sys, dreamshard, dreamshard.cli.main, dreamshard.integrations.torchrec_export;"
         "assert 'torchrec' not in sys.modules, 'torchrec imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import frames, plots, sections, store
-from dreamshard.compare import geometric_mean
+from dreamshard.evaluation.rounds import geometric_mean
 
 st.title("Compare planners")
 uri = store.current_uri()

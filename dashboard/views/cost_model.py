@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import frames, plots, sections, store
-from dreamshard.costnet import DEVICE_TERMS
+from dreamshard.learn.costnet import DEVICE_TERMS
 
 st.title("Cost model")
 uri = store.current_uri()

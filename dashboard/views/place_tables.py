@@ -8,11 +8,11 @@ import streamlit as st
 
 from dashboard import frames, place, plots, store
 from dreamshard.errors import DreamshardError
-from dreamshard.plan import plan_to_dict
-from dreamshard.suites import make_suite, parse_suite_name
-from dreamshard.table_io import table_to_dict
-from dreamshard.tables import Table
-from dreamshard.tasks import GIB, PlacementTask
+from dreamshard.placement.plan_file import plan_to_dict
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import GIB, PlacementTask
+from dreamshard.tables.sources import table_to_dict
+from dreamshard.tables.table import Table
 from dreamshard.tracking import POLICY_MODEL, load_registered_model
 
 SOURCES = ("Generated suite", "Upload a file", "Paste CSV")

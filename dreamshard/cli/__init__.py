@@ -1,0 +1,7 @@
+"""Stage 10, the `dreamshard` command: `main` (the parser and the table, suite and place
+commands), `costs` (measure, collect, calibrate), `train` (train, train-rnn), `demo`,
+`summaries`, `args` (shared options). May import: everything below."""
+
+from dreamshard.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,50 @@
+"""Argument types and option groups shared by the command-line modules."""
+
+from __future__ import annotations
+
+import argparse
+
+from dreamshard.errors import DreamshardError
+from dreamshard.tables.table import Table
+
+
+def positive(kind):
+    """An argparse type: a number of `kind` above zero."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def table_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
+    parser.add_argument("--dim", type=int, default=16,
+                        help="data-set files only: embedding dim for every table "
+                        "(default 16; 0 draws from 4..128)")  # fmt: skip
+
+
+def _table_ids(text: str | None) -> list[int] | None:
+    """'0-9,20,30-31' -> [0..9, 20, 30, 31]."""
+    if not text:
+        return None
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            ids.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise DreamshardError(f"--table-ids {text!r}: use numbers and ranges like 0-9,20") from None
+    return ids
+
+
+def load_table_source(args: argparse.Namespace) -> list[Table]:
+    from dreamshard.tables.sources import load_tables
+
+    return load_tables(args.tables, _table_ids(args.table_ids), args.dim or None)

@@ -1,0 +1,136 @@
+"""`dreamshard measure`, `collect` and `calibrate`: the cost side of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.costs.backends import BACKENDS, make_backend
+from dreamshard.costs.comm import TOPOLOGIES
+from dreamshard.costs.types import COST_TERMS, PlacementCost
+from dreamshard.report import format_table
+
+
+def _backend(args: argparse.Namespace):
+    return make_backend(args.backend, args.iterations, args.launcher, args.topology)
+
+
+def format_cost(cost: PlacementCost, config: dict) -> str:
+    rows = [
+        [d, *(round(v, 3) for v in dev.terms()), round(dev.total, 3), f"{dev.cv:.1%}"]
+        for d, dev in enumerate(cost.devices)
+    ]
+    slowest = max(range(len(cost.devices)), key=lambda d: cost.devices[d].total)
+    where = config.get("device", "")
+    source = (
+        "simulated: an analytic model calibrated on real fbgemm measurements, not a measurement"
+        if cost.backend == "simulated"
+        else f"measured with fbgemm on {where}"
+    )
+    comm = cost.comm + (f" ({cost.info['topology']} topology)" if cost.comm == "modeled" else "")
+    return "\n".join([
+        format_table(["device", *COST_TERMS, "total ms", "cv"], rows),
+        f"overall cost: {cost.overall:.3f} ms (device {slowest}, the slowest)",
+        f"backend: {source}; communication {comm}; batch {cost.info.get('batch')}",
+    ])  # fmt: skip
+
+
+def cmd_measure(args: argparse.Namespace) -> None:
+    from dreamshard.placement.plan_file import placement_from_plan, read_plan
+    from dreamshard.placement.tasks import PlacementTask
+
+    plan = read_plan(args.plan)
+    tables = load_table_source(args)
+    task = PlacementTask(tuple(tables), int(plan["num_devices"]), int(plan["memory_cap_bytes"]),
+                         plan.get("precision", "fp16"), str(args.plan))  # fmt: skip
+    task.validate()
+    placement = placement_from_plan(task, plan)
+    backend = _backend(args)
+    cost = backend.measure(task, placement)
+    if args.json:
+        print(json.dumps({
+            "overall": cost.overall, "backend": cost.backend, "comm": cost.comm,
+            "devices": [asdict(d) | {"total": d.total} for d in cost.devices],
+            "config": backend.config(), **cost.info,
+        }, indent=1))  # fmt: skip
+    else:
+        print(format_cost(cost, backend.config()))
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    from dreamshard.costs.collect import collect, collection_jobs
+    from dreamshard.costs.dataset import CostDataset
+    from dreamshard.placement.suites import make_suite, parse_suite_name
+    from dreamshard.state import default_dataset_path
+
+    spec = parse_suite_name(args.suite, num_train_tasks=args.train_tasks, num_test_tasks=1)
+    suite = make_suite(spec)
+    jobs = list(collection_jobs(suite, args.placements, args.mix))
+    backend = _backend(args)
+    dataset = CostDataset(args.dataset or default_dataset_path())
+    summary = collect(jobs, backend, dataset, spec.name)
+    print(
+        f"{summary.measured} measured, {summary.skipped} already stored, {summary.errors} failed; "
+        f"{len(dataset)} records in {dataset.path}"
+    )
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from dreamshard.costs.calibrate import calibrate, describe_fit
+    from dreamshard.costs.dataset import CostDataset
+    from dreamshard.errors import DreamshardError
+    from dreamshard.state import calibration_path, default_dataset_path
+
+    path = Path(args.dataset or default_dataset_path())
+    if not path.exists():
+        raise DreamshardError(f"no cost dataset at {path}; run dreamshard collect first")
+    model = calibrate(CostDataset(path))
+    out = Path(args.out or calibration_path())
+    model.save(out)
+    print(describe_fit(model, out))
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=BACKENDS, default="fbgemm",
+                        help="fbgemm: real kernels on this host (default); simulated: the "
+                        "calibrated analytic model")  # fmt: skip
+    parser.add_argument("--iterations", type=positive(int),
+                        help="timed iterations per device (default 15)")  # fmt: skip
+    parser.add_argument("--launcher", choices=["inprocess", "torchrun"], default="inprocess",
+                        help="inprocess: devices timed in turn, communication modeled (default); "
+                        "torchrun: one process per device, all-to-all measured")  # fmt: skip
+    parser.add_argument("--topology", choices=["auto", *TOPOLOGIES], default="auto",
+                        help="communication model when it is not measured (default auto: "
+                        "cpu-gloo on the CPU, nvlink on GPUs)")  # fmt: skip
+
+
+def add_cost_commands(sub) -> None:
+    measure = sub.add_parser("measure", help="measure a plan's per-device cost breakdown")
+    measure.add_argument("--tables", required=True, help="the table file the plan was made from")
+    measure.add_argument("--plan", required=True, help="plan JSON from dreamshard place")
+    measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_backend_options(measure)
+    table_source_options(measure)
+    measure.set_defaults(func=cmd_measure)
+
+    coll = sub.add_parser("collect", help="measure placements of a suite's training tasks "
+                          "into the cost dataset (resumes where it stopped)")  # fmt: skip
+    coll.add_argument("--suite", required=True, help="suite name, e.g. cpu-50x4")
+    coll.add_argument("--placements", type=positive(int), required=True, help="how many placements")
+    coll.add_argument("--mix", choices=["mixed", "random", "heuristic"], default="mixed",
+                      help="which planners propose them (default mixed)")  # fmt: skip
+    coll.add_argument(
+        "--train-tasks", type=positive(int), default=50, help="training tasks (default 50)"
+    )
+    coll.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")
+    add_backend_options(coll)
+    coll.set_defaults(func=cmd_collect)
+
+    cal = sub.add_parser("calibrate", help="fit the simulated backend to real measurements")
+    cal.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")
+    cal.add_argument("--out", help="weights file (default .dreamshard/simulated.json)")
+    cal.set_defaults(func=cmd_calibrate)

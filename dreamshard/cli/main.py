@@ -1,0 +1,244 @@
+"""The `dreamshard` command line: generate and inspect tables, make suites, place tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.errors import DreamshardError
+from dreamshard.methods import METHODS, place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory
+from dreamshard.report import format_table
+from dreamshard.tables.table import BYTES_PER_WEIGHT
+
+
+def cmd_tables_generate(args: argparse.Namespace) -> None:
+    from dreamshard.tables.sources import save_tables
+    from dreamshard.tables.synthetic import generate_tables
+
+    tables = generate_tables(args.profile, args.num_tables, args.seed)
+    source = {"kind": "synthetic", "profile": args.profile, "seed": args.seed}
+    save_tables(tables, args.out, source)
+    print(f"wrote {len(tables)} {args.profile} tables (seed {args.seed}) to {args.out}")
+
+
+def cmd_tables_show(args: argparse.Namespace) -> None:
+    from dreamshard.cli.summaries import tables_summary
+
+    print(tables_summary(load_table_source(args), args.tables))
+
+
+def cmd_suite_make(args: argparse.Namespace) -> None:
+    from dreamshard.placement.suites import make_suite, parse_suite_name, save_suite
+
+    spec = parse_suite_name(args.name, args.train_tasks, args.test_tasks)
+    suite = make_suite(spec)
+    save_suite(suite, args.out)
+    print(
+        f"wrote suite {spec.name}: {len(suite.train_tasks)} train and {len(suite.test_tasks)} "
+        f"test tasks of {spec.num_tables} tables on {spec.num_devices} devices to {args.out}"
+    )
+
+
+def cmd_suite_show(args: argparse.Namespace) -> None:
+    from dreamshard.cli.summaries import suite_summary
+    from dreamshard.placement.suites import load_suite, make_suite
+
+    suite = load_suite(args.suite) if args.suite.endswith(".json") else make_suite(args.suite)
+    print(suite_summary(suite))
+
+
+def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]:
+    """Per device: tables, memory used and cap share, and each heuristic key's sum."""
+    used = device_memory(task, placement)
+    keys = {name: heuristic_keys(task, name) for name in HEURISTIC_KEYS}
+    devices = np.asarray(placement.devices)
+    rows = []
+    for d in range(task.num_devices):
+        on = devices == d
+        row: list[object] = [
+            d,
+            int(on.sum()),
+            used[d] / GIB,
+            f"{used[d] / task.memory_cap_bytes:.0%}",
+        ]
+        row += [float(keys[name][on].sum()) for name in HEURISTIC_KEYS]
+        rows.append(row)
+    return rows
+
+
+def cmd_place(args: argparse.Namespace) -> None:
+    from dreamshard.placement.plan_file import write_plan
+
+    tables = load_table_source(args)
+    cap = int(args.mem_gb * GIB)
+    task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
+    start = time.perf_counter()
+    placement = place(task, args.method, args.seed, model=args.model, samples=args.samples)
+    elapsed = time.perf_counter() - start
+    headers = ["device", "tables", "memory GiB", "of cap"] + [
+        f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
+    ]
+    print(
+        f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
+        f"({args.precision}), planned in {elapsed * 1000:.1f} ms"
+    )
+    print(format_table(headers, device_rows(task, placement)))
+    print(
+        "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
+        "size_lookup = lookup*log10(rows)"
+    )
+    if args.out and args.format == "torchrec":
+        from dreamshard.integrations.torchrec_export import write_torchrec_plan
+
+        write_torchrec_plan(task, placement, args.out, args.module_path)
+        print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
+    elif args.out:
+        write_plan(task, placement, args.out)
+        print(f"wrote {args.out}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from dreamshard.cli.demo import run_demo
+    from dreamshard.costs.backends import make_backend
+
+    backend = make_backend(args.backend, args.iterations)
+    run_demo(args.suite, args.tasks, args.rounds, backend)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line on stderr and exit code 2 (`--help` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dreamshard",
+        description="Place embedding tables on devices so that training runs fast (DreamShard).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tables = sub.add_parser("tables", help="generate or inspect embedding tables")
+    tsub = tables.add_subparsers(dest="tables_command", required=True, metavar="ACTION")
+    gen = tsub.add_parser(
+        "generate", help="make synthetic tables (their traces regenerate from the seed)"
+    )
+    gen.add_argument(
+        "--profile",
+        choices=["dlrm", "cpu"],
+        default="dlrm",
+        help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)",
+    )
+    gen.add_argument(
+        "--num-tables", type=positive(int), default=50, help="how many tables (default 50)"
+    )
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument(
+        "--out", required=True, help="output file: .json (with trace seeds) or .csv (spec)"
+    )
+    gen.set_defaults(func=cmd_tables_generate)
+
+    show = tsub.add_parser("show", help="summarise a table file")
+    show.add_argument(
+        "tables", help="table file: .csv/.json spec, generated .json, or data-set .pt/.pt.gz"
+    )
+    table_source_options(show)
+    show.set_defaults(func=cmd_tables_show)
+
+    suite = sub.add_parser("suite", help="make or inspect a task suite (train/test tasks)")
+    ssub = suite.add_subparsers(dest="suite_command", required=True, metavar="ACTION")
+    make = ssub.add_parser("make", help="build a named suite such as dlrm-50x4 and save it")
+    make.add_argument("name", help="<profile>-<tables>x<devices>, e.g. dlrm-50x4, cpu-100x8")
+    make.add_argument("--train-tasks", type=positive(int), default=50, help="default 50")
+    make.add_argument("--test-tasks", type=positive(int), default=50, help="default 50")
+    make.add_argument("--out", required=True, help="output .json file")
+    make.set_defaults(func=cmd_suite_make)
+    sshow = ssub.add_parser("show", help="summarise a suite (a saved .json or a suite name)")
+    sshow.add_argument("suite")
+    sshow.set_defaults(func=cmd_suite_show)
+
+    pl = sub.add_parser("place", help="place tables on devices and write the plan")
+    pl.add_argument("--tables", required=True, help="table file (.csv, .json, .pt, .pt.gz)")
+    pl.add_argument("--devices", type=positive(int), required=True, help="number of devices")
+    pl.add_argument(
+        "--mem-gb",
+        type=positive(float),
+        required=True,
+        help="memory per device in GiB (units of 2^30 bytes)",
+    )
+    pl.add_argument("--method", choices=list(METHODS), default="size_lookup",
+                    help="planner (default size_lookup); dreamshard and dreamshard_search "
+                    "need --model (a trained model), rnn --model (an RNN placer file)")  # fmt: skip
+    pl.add_argument("--model", help="trained model for --method dreamshard: a model file "
+                    "(dreamshard train writes DIR/model.pt) or a registered MLflow model such "
+                    "as models:/dreamshard-policy@champion (tracking URI: $MLFLOW_TRACKING_URI, "
+                    "else .dreamshard/mlflow.db)")  # fmt: skip
+    pl.add_argument("--samples", type=int, default=8,
+                    help="dreamshard: sampled placements weighed against the greedy one and "
+                    "the heuristics by the cost network (default 8; 0: greedy only, as the "
+                    "paper)")  # fmt: skip
+    pl.add_argument(
+        "--precision",
+        choices=list(BYTES_PER_WEIGHT),
+        default="fp16",
+        help="weight precision for memory (default fp16, as in the paper)",
+    )
+    pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
+    pl.add_argument("--out", help="write the plan JSON here")
+    pl.add_argument("--format", choices=["dreamshard", "torchrec"], default="dreamshard",
+                    help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
+                    "sharding plan as JSON (docs/torchrec.md)")  # fmt: skip
+    pl.add_argument("--module-path", default="embedding_bags",
+                    help="--format torchrec: the EmbeddingBagCollection's path in the model "
+                    "(default embedding_bags)")  # fmt: skip
+    table_source_options(pl)
+    pl.set_defaults(func=cmd_place)
+
+    from dreamshard.cli.costs import add_cost_commands
+    from dreamshard.cli.train import add_train_command, add_train_rnn_command
+
+    add_cost_commands(sub)
+    add_train_command(sub)
+    add_train_rnn_command(sub)
+
+    demo = sub.add_parser(
+        "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"
+    )
+    demo.add_argument("--suite", default="cpu-50x4", help="suite name (default cpu-50x4)")
+    demo.add_argument("--tasks", type=positive(int), default=5, help="test tasks (default 5)")
+    demo.add_argument("--rounds", type=positive(int), default=3,
+                      help="interleaved measurement rounds (default 3)")  # fmt: skip
+    demo.add_argument(
+        "--backend",
+        choices=["fbgemm", "simulated"],
+        default="fbgemm",
+        help="fbgemm: real kernels on this host (default); simulated: the model",
+    )
+    demo.add_argument("--iterations", type=positive(int), help="timed iterations (default 15)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except DreamshardError as exc:
+        print(f"dreamshard: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dreamshard: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

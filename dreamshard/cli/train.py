@@ -1,0 +1,122 @@
+"""`dreamshard train`: the alternating DreamShard loop from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from dreamshard.cli.args import positive
+from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.train_config import TrainConfig
+
+
+def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
+    """--learning-rate and --entropy-weight, shared by the policy's and the RNN's training."""
+    parser.add_argument(
+        "--learning-rate",
+        dest="learning_rate",
+        type=positive(float),
+        default=defaults.learning_rate,
+        help=f"Adam, decaying linearly (default {defaults.learning_rate:g})",
+    )
+    parser.add_argument(
+        "--entropy-weight",
+        dest="entropy_weight",
+        type=float,
+        default=defaults.entropy_weight,
+        help=f"default {defaults.entropy_weight:g}",
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from dreamshard.learn.train import train
+
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    train(TrainConfig(**values))
+
+
+def add_train_command(sub) -> None:
+    defaults = TrainConfig()
+    tr = sub.add_parser(
+        "train",
+        help="train the cost network and the policy (alternating, as DreamShard); resumes "
+        "from DIR/checkpoint.pt after a crash",
+    )
+    tr.add_argument("--suite", default=defaults.suite, help=f"suite (default {defaults.suite})")
+    tr.add_argument("--backend", choices=["fbgemm", "simulated"], default=defaults.backend,
+                    help="where placements are measured (default fbgemm)")  # fmt: skip
+    tr.add_argument("--out", default=defaults.out, help=f"run folder (default {defaults.out})")
+    tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
+    for name, help_text in (
+        ("iterations", "alternating iterations"),
+        ("placements_per_iteration", "placements measured per iteration"),
+        ("costnet_steps", "cost-network steps per iteration"),
+        ("costnet_batch", "cost-network batch"),
+        ("policy_updates", "policy updates per iteration"),
+        ("episodes", "episodes per policy update"),
+        ("warm_start", "heuristic and random placements measured first (0: none)"),
+        ("train_tasks", "training tasks of the suite"),
+    ):
+        value = getattr(defaults, name)
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int)
+                        if name != "warm_start" else int, default=value,
+                        help=f"{help_text} (default {value})")  # fmt: skip
+    reinforce_options(tr, defaults)
+    tr.add_argument(
+        "--table-aware",
+        dest="table_aware",
+        action="store_true",
+        help="also give the policy the features of the table being placed",
+    )
+    tr.add_argument("--measure-iterations", dest="measure_iterations", type=positive(int),
+                    help="fbgemm timed iterations per device (default 15)")  # fmt: skip
+    tr.set_defaults(func=cmd_train)
+
+
+def cmd_train_rnn(args: argparse.Namespace) -> None:
+    from dreamshard.learn.model_file import load_model
+    from dreamshard.learn.rnn import save_rnn, train_rnn
+
+    model = load_model(args.model)
+    values = {f.name: getattr(args, f.name) for f in fields(RnnTrainConfig)}
+    config = RnnTrainConfig(**values)
+    save_rnn(train_rnn(model, config), args.out, config, args.model)
+    print(f"wrote {args.out}")
+
+
+def add_train_rnn_command(sub) -> None:
+    defaults = RnnTrainConfig()
+    tr = sub.add_parser(
+        "train-rnn",
+        help="train the paper's RNN baseline (an LSTM placer, after Mirhoseini et al. 2017) "
+        "against a trained model's cost network; it serves only its suite's device count",
+        description="An LSTM reads the tables largest first and picks a device for each "
+        "(memory-masked), trained with REINFORCE on the cost network of --model (no hardware "
+        "is used). Its output layer has one unit per device, so the file it writes places "
+        "only tasks with the device count of --suite: the limitation DreamShard removes. "
+        "Use it with: dreamshard place --method rnn --model OUT.",
+    )
+    tr.add_argument(
+        "--model",
+        required=True,
+        help="trained DreamShard model file whose cost network scores the episodes "
+        "(dreamshard train writes DIR/model.pt)",
+    )
+    tr.add_argument("--out", required=True, help="where to write the RNN placer (.pt)")
+    tr.add_argument(
+        "--suite",
+        default=defaults.suite,
+        help=f"training tasks, and the device count (default {defaults.suite})",
+    )
+    for name, help_text in (
+        ("updates", "REINFORCE updates"),
+        ("episodes", "episodes of one task per update"),
+        ("train_tasks", "training tasks of the suite"),
+        ("hidden", "LSTM width"),
+    ):
+        value = getattr(defaults, name)
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int),
+                        default=value, help=f"{help_text} (default {value})")  # fmt: skip
+    reinforce_options(tr, defaults)
+    tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
+    tr.set_defaults(func=cmd_train_rnn)

@@ -1,0 +1,184 @@
+"""The cost dataset: every measurement appended to a SQLite file that pandas can read.
+
+One row per measurement, each written in its own transaction, so killing the collector loses
+at most the measurement in flight and never corrupts what is stored. A record's `key` is the
+identity of what was measured (tables, devices, cap, placement, backend settings, round), so a
+re-run skips what is stored and never stores it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sqlite3
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dreamshard.costs.types import COST_TERMS, DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.sources import table_from_record, table_to_dict
+
+COLUMNS = """
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    created TEXT NOT NULL,
+    suite TEXT, task TEXT, method TEXT, round INTEGER,
+    num_devices INTEGER, memory_cap_bytes INTEGER, precision TEXT,
+    tables TEXT, placement TEXT, costs TEXT,
+    overall REAL, spread REAL,
+    backend TEXT, comm TEXT, config TEXT, hardware TEXT, versions TEXT, error TEXT
+"""
+
+
+def measurement_key(task: PlacementTask, placement: Placement, config: dict, round_: int) -> str:
+    identity = {
+        "tables": [table_to_dict(t) for t in task.tables],
+        "num_devices": task.num_devices,
+        "memory_cap_bytes": task.memory_cap_bytes,
+        "precision": task.precision,
+        "placement": list(placement.devices),
+        "config": config,
+        "round": round_,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def hardware() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for package in ("torch", "fbgemm-gpu-cpu", "fbgemm-gpu", "dreamshard"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+class CostDataset:
+    """Append-only store of measurements in a SQLite file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS measurements ({COLUMNS})")
+        except sqlite3.DatabaseError as exc:
+            raise DreamshardError(f"cannot open cost dataset {self.path}: {exc}") from None
+        self._db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+
+    def has(self, key: str) -> bool:
+        found = self._db.execute("SELECT 1 FROM measurements WHERE key = ?", (key,)).fetchone()
+        return found is not None
+
+    def append(
+        self,
+        key: str,
+        task: PlacementTask,
+        placement: Placement,
+        cost: PlacementCost | None,
+        config: dict,
+        suite: str = "",
+        round_: int = 0,
+        error: str = "",
+    ) -> bool:
+        """Store one measurement (or its error); False when the key was already stored."""
+        record: dict[str, Any] = {
+            "key": key,
+            "status": "ok" if cost is not None else "error",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "suite": suite,
+            "task": task.name,
+            "method": placement.method,
+            "round": round_,
+            "num_devices": task.num_devices,
+            "memory_cap_bytes": task.memory_cap_bytes,
+            "precision": task.precision,
+            "tables": json.dumps([table_to_dict(t) for t in task.tables]),
+            "placement": json.dumps(list(placement.devices)),
+            "config": json.dumps(config, sort_keys=True),
+            "backend": config.get("backend", ""),
+            "hardware": hardware(),
+            "versions": json.dumps(versions()),
+            "error": error,
+        }
+        if cost is not None:
+            record["costs"] = json.dumps([asdict(d) for d in cost.devices])
+            record["overall"] = cost.overall
+            record["spread"] = cost.spread
+            record["comm"] = cost.comm
+        names = ", ".join(record)
+        marks = ", ".join("?" for _ in record)
+        cursor = self._db.execute(
+            f"INSERT OR IGNORE INTO measurements ({names}) VALUES ({marks})", list(record.values())
+        )
+        return cursor.rowcount == 1
+
+    def stored_cost(self, key: str) -> PlacementCost | None:
+        """The cost stored under `key`, or None when it was never measured successfully."""
+        row = self._db.execute(
+            "SELECT costs, backend, comm FROM measurements WHERE key = ? AND status = 'ok'", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        devices = tuple(DeviceCost(**d) for d in json.loads(row["costs"]))
+        return PlacementCost(devices, row["backend"], row["comm"])
+
+    def rows(self, status: str = "ok", backend: str | None = None) -> list[sqlite3.Row]:
+        query = "SELECT * FROM measurements WHERE status = ?"
+        params: list[Any] = [status]
+        if backend:
+            query += " AND backend = ?"
+            params.append(backend)
+        return self._db.execute(query + " ORDER BY id", params).fetchall()
+
+    def to_frame(self):
+        """All records as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_sql_query("SELECT * FROM measurements ORDER BY id", self._db)
+
+
+def record_task(row: sqlite3.Row) -> tuple[PlacementTask, Placement]:
+    """The task and placement a stored record measured."""
+    tables = tuple(table_from_record(r, "dataset record") for r in json.loads(row["tables"]))
+    task = PlacementTask(
+        tables, row["num_devices"], row["memory_cap_bytes"], row["precision"], row["task"]
+    )
+    return task, Placement(tuple(json.loads(row["placement"])), row["method"])
+
+
+def record_costs(row: sqlite3.Row) -> list[dict[str, float]]:
+    """Per-device cost terms of a stored record."""
+    return [{k: d[k] for k in (*COST_TERMS, "cv")} for d in json.loads(row["costs"])]

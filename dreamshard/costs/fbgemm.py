@@ -1,0 +1,182 @@
+"""The real cost backend: fused fbgemm kernels timed on this host's CPU or GPU.
+
+In process (the default), every device group of the placement is built as one fused TBE and
+timed on the local accelerator, and communication comes from a topology model
+(`comm: modeled`). With `launcher="torchrun"`, one process per device runs the placement for
+real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.costs.comm import get_topology, modeled_comm
+from dreamshard.costs.types import DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.report import format_bytes
+from dreamshard.tables.sources import table_to_dict
+from dreamshard.tables.traces import DEFAULT_BATCH, concat_traces, table_batch_size
+
+
+class MeasurementError(DreamshardError):
+    """A kernel or a measuring process failed (after its retry)."""
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (or a large number where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 50
+
+
+def host_bytes_needed(task: PlacementTask, batch_size: int) -> int:
+    """What measuring a placement holds at once on the CPU: fp32 weights, traces, outputs."""
+    weights = sum(t.rows * t.dim * 4 for t in task.tables)
+    lookups = sum(batch_size * t.pooling_factor for t in task.tables)
+    outputs = batch_size * sum(t.dim for t in task.tables) * 4 * 3  # output, grad, autograd
+    return int(weights + lookups * 8 + outputs)
+
+
+@dataclass
+class FbgemmBackend:
+    timing: object = None  # gpu_tasks.tbe.TimingConfig; created lazily so torch loads late
+    topology: str = "auto"  # "auto": cpu-gloo on the CPU, nvlink on GPUs
+    launcher: str = "inprocess"  # or "torchrun"
+    batch_size: int = DEFAULT_BATCH
+    retries: int = 1
+    name: str = field(default="fbgemm", init=False)
+
+    def __post_init__(self):
+        from gpu_tasks.tbe import TimingConfig
+
+        self.timing = self.timing or TimingConfig()
+        if self.launcher not in ("inprocess", "torchrun"):
+            raise DreamshardError(f"unknown launcher {self.launcher!r}; use inprocess or torchrun")
+
+    def device_kind(self) -> str:
+        from gpu_tasks.tbe import resolve_device
+
+        return resolve_device(self.timing.device).type
+
+    def topology_name(self) -> str:
+        if self.topology != "auto":
+            return get_topology(self.topology).name
+        return "nvlink" if self.device_kind() == "cuda" else "cpu-gloo"
+
+    def config(self) -> dict:
+        return {
+            "backend": self.name,
+            "device": self.device_kind(),
+            "launcher": self.launcher,
+            "topology": self.topology_name() if self.launcher == "inprocess" else "measured",
+            "timing": asdict(self.timing),
+        }
+
+    def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
+        task.validate()
+        check_legal(task, placement)
+        batch = table_batch_size(task.tables, self.batch_size)
+        if self.device_kind() == "cpu":
+            needed, free = host_bytes_needed(task, batch), available_memory_bytes()
+            if needed > 0.8 * free:
+                raise DreamshardError(
+                    f"measuring this placement needs about {format_bytes(needed)} of host "
+                    f"memory; only {format_bytes(free)} is available (use smaller tables, "
+                    "e.g. the cpu profile)"
+                )
+        run = self._torchrun if self.launcher == "torchrun" else self._in_process
+        for attempt in range(self.retries + 1):
+            try:
+                return run(task, placement, batch)
+            except MeasurementError as exc:
+                if attempt == self.retries:
+                    raise
+                print(f"dreamshard: measurement failed ({exc}); retrying", file=sys.stderr)
+        raise AssertionError("unreachable")
+
+    def _in_process(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
+        from gpu_tasks.tbe import GroupFailure, GroupInput, time_groups
+
+        groups = []
+        for members in placement.device_tables(task.num_devices):
+            tables = [task.tables[i] for i in members]
+            indices, offsets = concat_traces(tables, batch)
+            groups.append(
+                GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
+            )
+        try:
+            timings = time_groups(groups, self.timing)
+        except GroupFailure as exc:
+            raise MeasurementError(f"kernel failed on {exc}") from exc
+        widths = np.array([sum(t.dim for t in (task.tables[i] for i in m)) for m in
+                           placement.device_tables(task.num_devices)])  # fmt: skip
+        fwd = np.array([t.fwd_ms for t in timings])
+        topology = get_topology(self.topology_name())
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology)
+        devices = tuple(
+            DeviceCost(t.fwd_ms, float(fc), float(bc), t.bwd_ms, t.cv)
+            for t, fc, bc in zip(timings, fwd_comm, bwd_comm)
+        )
+        comm = "modeled" if task.num_devices > 1 else "none"
+        kernel_ms = sum(sum(t.fwd_samples) + sum(t.bwd_samples) for t in timings)
+        info = {"topology": topology.name, "batch": batch, "kernel_ms": kernel_ms}
+        return PlacementCost(devices, self.name, comm, info)
+
+    def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
+        groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
+        job = {
+            "groups": [[table_to_dict(t) for t in g] for g in groups],
+            "widths": [sum(t.dim for t in g) for g in groups],
+            "batch_size": batch,
+            "timing": asdict(self.timing),
+        }
+        with tempfile.TemporaryDirectory(prefix="dreamshard-job-") as tmp:
+            job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
+            job_path.write_text(json.dumps(job))
+            command = [
+                sys.executable, "-m", "torch.distributed.run",
+                f"--nproc_per_node={task.num_devices}", "--master_addr=127.0.0.1",
+                f"--master_port={_free_port()}",
+                "-m", "gpu_tasks.distributed", "--job", str(job_path), "--out", str(out_path),
+            ]  # fmt: skip
+            env = dict(os.environ, OMP_NUM_THREADS=str(self.timing.threads))
+            proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+            if proc.returncode != 0 or not out_path.exists():
+                raise MeasurementError(
+                    f"torchrun exited with {proc.returncode}: {_first_error(proc.stderr)}"
+                )
+            result = json.loads(out_path.read_text())
+        devices = tuple(
+            DeviceCost(r["fwd_comp"], r["fwd_comm"], r["bwd_comm"], r["bwd_comp"], r["cv"])
+            for r in result["ranks"]
+        )
+        return PlacementCost(devices, self.name, "measured",
+                             {"batch": batch, "process_group": result["backend"]})  # fmt: skip
+
+
+def _first_error(stderr: str) -> str:
+    """The first line that names an exception (a rank's), else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [line for line in lines if re.search(r"\w+(Error|Exception|Failure)\b:", line)]
+    return (named or lines or ["no output"])[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,142 @@
+"""The simulated backend: an analytic cost model fitted to real fbgemm measurements.
+
+Each device's fused-kernel time (forward, and backward with the optimizer update) is a
+non-negative combination of group features with the non-additive shape of the real kernel:
+
+    per-call overhead (paid once per fused kernel, so fusion saves it)
+    + per-table overhead + lookups (B * pooling) + lookup volume (B * pooling * dim)
+    + touched rows (unique rows * dim) + output width (B * sum of dims)
+    + lookups x width (a group's cost grows faster than the sum of its parts)
+    + lookup volume that misses the last-level cache: volume * (1 - cache / working set),
+      so groups whose working set overflows the cache cost more
+
+Communication comes from the same topology model as the in-process fbgemm backend.
+`dreamshard calibrate` fits the weights to the measurements in the cost dataset and writes
+them to the state folder; without one, the weights shipped in `simulated_default.json`
+(fitted on a 2-core CPU host) are used. Every cost from here says `backend: simulated`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.costs.comm import get_topology, modeled_comm
+from dreamshard.costs.types import DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
+from dreamshard.files import write_json_atomic
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.state import calibration_path
+from dreamshard.tables.table import Table
+from dreamshard.tables.traces import DEFAULT_BATCH, expected_unique_rows, table_batch_size
+
+GROUP_FEATURES = (
+    "call", "tables", "lookups", "volume", "touched", "width", "lookups_x_width", "overflow",
+)  # fmt: skip
+CACHE_BYTES = 32 * 2**20
+DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
+
+
+def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:
+    """The model's features of one fused group (zeros for an empty device)."""
+    if not tables:
+        return np.zeros(len(GROUP_FEATURES))
+    lookups = sum(batch_size * t.pooling_factor for t in tables)
+    volume = sum(batch_size * t.pooling_factor * t.dim for t in tables)
+    touched = sum(expected_unique_rows(t, batch_size) * t.dim for t in tables)
+    width = batch_size * sum(t.dim for t in tables)
+    working_set = 4 * (touched + width)  # fp32 rows touched, and the pooled output
+    miss = max(0.0, 1.0 - CACHE_BYTES / working_set)
+    cross = lookups * sum(t.dim for t in tables)
+    return np.array([1.0, len(tables), lookups, volume, touched, width, cross, volume * miss])
+
+
+@dataclass
+class SimulatedModel:
+    """Weights of the forward and backward kernel models, in ms per feature unit."""
+
+    fwd: list[float]
+    bwd: list[float]
+    fit: dict = field(default_factory=dict)
+
+    def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        features = np.atleast_2d(features)
+        return features @ np.array(self.fwd), features @ np.array(self.bwd)
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, {"features": list(GROUP_FEATURES), "fwd": self.fwd,
+                                 "bwd": self.bwd, "fit": self.fit})  # fmt: skip
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> SimulatedModel:
+        if path is None:
+            path = calibration_path() if calibration_path().exists() else DEFAULT_PATH
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise DreamshardError(
+                f"cannot read the simulated backend's weights {path}: {exc}"
+            ) from None
+        if data.get("features") != list(GROUP_FEATURES):
+            raise DreamshardError(f"{path} was fitted for other features; run dreamshard calibrate")
+        return cls(data["fwd"], data["bwd"], data.get("fit", {}))
+
+
+def fit_model(features: np.ndarray, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> SimulatedModel:
+    """Non-negative weights minimising squared relative error, and the fit's errors."""
+    from scipy.optimize import nnls
+
+    features = np.asarray(features, dtype=np.float64)
+    scale = features.max(axis=0)
+    scale[scale == 0] = 1.0
+    weights = []
+    for target in (fwd_ms, bwd_ms):
+        target = np.asarray(target, dtype=np.float64)
+        rel = features / scale / target[:, None]  # rows divided by the target: relative error
+        coef, _ = nnls(rel, np.ones(len(target)))
+        weights.append((coef / scale).tolist())
+    model = SimulatedModel(weights[0], weights[1])
+    fwd_pred, bwd_pred = model.predict(features)
+    model.fit = {
+        "groups": int(len(features)),
+        "fwd_median_ape": float(np.median(np.abs(fwd_pred / fwd_ms - 1))),
+        "bwd_median_ape": float(np.median(np.abs(bwd_pred / bwd_ms - 1))),
+        "total_median_ape": float(np.median(np.abs((fwd_pred + bwd_pred) / (fwd_ms + bwd_ms) - 1))),
+    }
+    return model
+
+
+@dataclass
+class SimulatedBackend:
+    model: SimulatedModel | None = None
+    topology: str = "cpu-gloo"
+    batch_size: int = DEFAULT_BATCH
+    name: str = field(default="simulated", init=False)
+
+    def __post_init__(self):
+        self.model = self.model or SimulatedModel.load()
+        get_topology(self.topology)
+
+    def config(self) -> dict:
+        return {"backend": self.name, "topology": self.topology, "fwd": self.model.fwd,
+                "bwd": self.model.bwd}  # fmt: skip
+
+    def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
+        task.validate()
+        check_legal(task, placement)
+        batch = table_batch_size(task.tables, self.batch_size)
+        groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
+        features = np.stack([group_features(g, batch) for g in groups])
+        fwd, bwd = self.model.predict(features)
+        widths = np.array([sum(t.dim for t in g) for g in groups])
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, get_topology(self.topology))
+        devices = tuple(
+            DeviceCost(float(f), float(fc), float(bc), float(b))
+            for f, fc, bc, b in zip(fwd, fwd_comm, bwd_comm, bwd)
+        )
+        comm = "modeled" if task.num_devices > 1 else "none"
+        return PlacementCost(devices, self.name, comm, {"topology": self.topology, "batch": batch})

@@ -1,0 +1,8 @@
+"""Stage 4, learn: DreamShard's networks and their training on the estimated MDP.
+
+`costnet` (the cost network), `costnet_data` (its examples from the cost dataset), `costnet_fit`
+(fitting and error report), `policy` (the placement policy, its episodes, REINFORCE),
+`train` and `train_config` (the alternating loop), `model_file` (model files), `rnn` and
+`rnn_config` (the RNN baseline placer and its training).
+May import: costs, placement, tables, the root modules.
+"""

@@ -1,0 +1,72 @@
+"""Fitting the cost network, and measuring how well it predicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+
+from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, make_batch
+from dreamshard.learn.costnet_data import Example
+
+
+def _targets(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+    device = torch.from_numpy(np.concatenate([e.device_targets for e in examples]))
+    overall = torch.tensor([e.overall for e in examples], dtype=torch.float32)
+    return device, overall
+
+
+def fit_costnet(state, config, examples: list[Example]) -> list[float]:
+    """`config.costnet_steps` Adam steps on random batches; the lr decays over the whole run.
+
+    The first fit fixes the network's target scale (the median overall cost seen), so later
+    iterations keep refining the same function.
+    """
+    costnet: CostNet = state.costnet
+    if not examples:
+        return []
+    if float(costnet.scale) == 1.0:
+        costnet.scale.fill_(float(np.median([e.overall for e in examples])))
+    total = config.iterations * config.costnet_steps
+    losses = []
+    costnet.train()
+    for step in range(config.costnet_steps):
+        global_step = state.iteration * config.costnet_steps + step
+        for group in state.costnet_optimizer.param_groups:
+            group["lr"] = config.learning_rate * max(0.0, 1.0 - global_step / total)
+        picks = state.rng.integers(len(examples), size=min(config.costnet_batch, len(examples)))
+        batch_examples = [examples[i] for i in picks]
+        batch = make_batch([e.as_input() for e in batch_examples])
+        device_target, overall_target = _targets(batch_examples)
+        device_pred, overall_pred = costnet(batch)
+        scale = costnet.scale
+        loss = sum(
+            torch.nn.functional.mse_loss(device_pred[:, k], device_target[:, k] / scale)
+            for k in range(len(DEVICE_TERMS))
+        ) + torch.nn.functional.mse_loss(overall_pred, overall_target / scale)
+        state.costnet_optimizer.zero_grad()
+        loss.backward()
+        state.costnet_optimizer.step()
+        losses.append(float(loss.detach()))
+    costnet.eval()
+    return losses
+
+
+@torch.no_grad()
+def costnet_errors(costnet: CostNet, examples: list[Example]) -> dict[str, float]:
+    """Per-head MAE (ms) and MAPE, and the overall cost's Spearman rank correlation."""
+    batch = make_batch([e.as_input() for e in examples])
+    device_pred, overall_pred = costnet(batch)
+    device_pred, overall_pred = device_pred * costnet.scale, overall_pred * costnet.scale
+    device_true, overall_true = _targets(examples)
+    errors: dict[str, float] = {}
+    for k, term in enumerate(DEVICE_TERMS):
+        true, pred = device_true[:, k], device_pred[:, k]
+        keep = true > 1e-6  # empty devices have no kernel time
+        errors[f"{term}_mae_ms"] = float((pred - true).abs()[keep].mean())
+        errors[f"{term}_mape"] = float(((pred - true).abs() / true)[keep].mean())
+    errors["overall_mae_ms"] = float((overall_pred - overall_true).abs().mean())
+    errors["overall_mape"] = float(((overall_pred - overall_true).abs() / overall_true).mean())
+    if len(examples) > 2:
+        errors["overall_spearman"] = float(stats.spearmanr(overall_pred, overall_true).statistic)
+    return errors

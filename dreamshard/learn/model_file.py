@@ -1,0 +1,95 @@
+"""Model files: cost network, policy, feature transform and training metadata, together.
+
+Saved with `torch.save` as plain dictionaries of tensors and primitive values and loaded with
+`weights_only=True`, so loading a file never runs code from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from dreamshard.errors import DreamshardError
+from dreamshard.files import atomic_path
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.tables.features import FEATURE_NAMES, FEATURE_TRANSFORM
+
+MODEL_FORMAT = "dreamshard-model"
+
+
+@dataclass
+class DreamShardModel:
+    costnet: CostNet
+    policy: PlacementPolicy
+    metadata: dict = field(default_factory=dict)
+
+
+def model_state(model: DreamShardModel) -> dict:
+    return {
+        "format": MODEL_FORMAT,
+        "version": 1,
+        "feature_transform": FEATURE_TRANSFORM,
+        "feature_names": list(FEATURE_NAMES),
+        "costnet": {"config": model.costnet.config, "state": model.costnet.state_dict()},
+        "policy": {"config": model.policy.config, "state": model.policy.state_dict()},
+        "metadata": model.metadata,
+    }
+
+
+def save_torch_atomic(data: dict, path: str | Path) -> None:
+    """torch.save to a temporary file beside `path`, then rename it into place."""
+    with atomic_path(path) as tmp:
+        torch.save(data, tmp)
+
+
+def save_model(model: DreamShardModel, path: str | Path) -> None:
+    save_torch_atomic(model_state(model), path)
+
+
+def read_torch_file(path: str | Path, what: str) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise DreamshardError(f"{what} {path} does not exist")
+    try:
+        data = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001  (garbage makes torch's unpickler fail any way)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DreamshardError(f"{path} is not a readable {what} (corrupt?): {first}") from None
+    if not isinstance(data, dict):
+        raise DreamshardError(f"{path} is not a {what}")
+    return data
+
+
+def check_features(data: dict, path: str | Path, retrain: str = "dreamshard train") -> None:
+    """Refuse a saved network trained on other features than this version computes."""
+    if data.get("feature_transform") != FEATURE_TRANSFORM or data.get("feature_names") != list(
+        FEATURE_NAMES
+    ):
+        raise DreamshardError(
+            f"{path} was trained on features {data.get('feature_transform')!r} "
+            f"({len(data.get('feature_names') or [])} features); this version uses "
+            f"{FEATURE_TRANSFORM!r} ({len(FEATURE_NAMES)}): retrain it with {retrain}"
+        )
+
+
+def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
+    if data.get("format") != MODEL_FORMAT:
+        raise DreamshardError(f"{path} is not a dreamshard model file")
+    check_features(data, path)
+    try:
+        costnet = CostNet(**data["costnet"]["config"])
+        costnet.load_state_dict(data["costnet"]["state"])
+        policy = PlacementPolicy(**data["policy"]["config"])
+        policy.load_state_dict(data["policy"]["state"])
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise DreamshardError(f"{path}: the saved networks do not load: {exc}") from None
+    costnet.eval()
+    policy.eval()
+    return DreamShardModel(costnet, policy, data.get("metadata", {}))
+
+
+def load_model(path: str | Path) -> DreamShardModel:
+    return model_from_state(read_torch_file(path, "model file"), path)

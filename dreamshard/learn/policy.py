@@ -1,0 +1,288 @@
+"""The placement policy and its episodes on the MDP estimated by the cost network.
+
+Tables are placed one at a time in descending order of their predicted single-table cost.
+The state is the set of tables on each device. Each device is scored by an MLP over
+[sum of its tables' policy encodings ; encoding of its predicted per-device costs] (plus,
+optionally, the encoding of the table being placed); a softmax over the devices that can take
+the table (memory room, and room left for the big tables still to come) picks one. At the end
+the reward is minus the cost network's predicted overall cost. No hardware is touched.
+
+Without autograd (placing, not training) the same episodes run on NumPy copies of the weights,
+recomputing per step only the device each episode just changed: torch's per-call overhead, not
+arithmetic, is what costs at these sizes (856 tables on 128 devices: ~50x faster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, mlp
+from dreamshard.placement.packing import CompletionGuard
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.features import NUM_FEATURES, feature_matrix
+
+
+@dataclass
+class Rollout:
+    """Episodes of one task: devices [E, T] (table order of the task), and their statistics."""
+
+    devices: np.ndarray
+    log_prob: torch.Tensor  # [E] sum over steps (carries gradients when sampled with them)
+    entropy: torch.Tensor  # [E] mean over steps
+    predicted: torch.Tensor  # [E] scaled predicted overall cost (no gradient)
+    legal: np.ndarray  # [E] False where an episode ran out of memory room
+
+    def placement(self, episode: int, method: str) -> Placement:
+        return Placement(tuple(int(d) for d in self.devices[episode]), method)
+
+
+def masked_choice(
+    logits: torch.Tensor, allowed: np.ndarray, greedy: bool, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """One step of episodes [E]: a device per episode among the `allowed` ones [E, D].
+
+    Returns (action, its log-probability, the entropy, stuck). The masked softmax gives the
+    log-probabilities, so the mask applies in the update as in sampling. An episode with no
+    allowed device (stuck) picks among all devices, to finish and be marked illegal.
+    """
+    stuck = ~allowed.any(axis=1)
+    allowed = allowed.copy()
+    allowed[stuck] = True
+    log_p = torch.log_softmax(logits.masked_fill(torch.from_numpy(~allowed), float("-inf")), -1)
+    probs = log_p.exp()
+    if greedy:
+        action = probs.argmax(dim=-1)
+    else:
+        action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
+    entropy = -(probs * log_p.masked_fill(~torch.isfinite(log_p), 0)).sum(-1)
+    return action, log_p[torch.arange(len(action)), action], entropy, stuck
+
+
+def reinforce_loss(rollout: Rollout, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, reward) of episodes of one task: reward minus the predicted overall cost,
+    normalised within the episodes; an episode that ran out of room scores below every other."""
+    reward = -rollout.predicted
+    if not rollout.legal.all():
+        legal = torch.from_numpy(rollout.legal)
+        floor = reward[legal].min() if legal.any() else reward.min()
+        reward = torch.where(legal, reward, floor - 1.0)
+    advantage = (reward - reward.mean()) / (reward.std() + 1e-8)
+    loss = -(advantage * rollout.log_prob).mean() - entropy_weight * rollout.entropy.mean()
+    return loss, reward
+
+
+def table_order(task: PlacementTask, costnet: CostNet):
+    """(features, cost encodings, the placing order, its CompletionGuard) of a task's tables:
+    descending predicted single-table cost, ties by index."""
+    features = torch.from_numpy(feature_matrix(task.tables))
+    with torch.no_grad():
+        cost_encoded = costnet.encoder(features)
+        single = costnet.device_costs(cost_encoded).sum(-1).numpy()
+    order = sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
+    return features, cost_encoded, order, CompletionGuard(task, order)
+
+
+class PlacementPolicy(nn.Module):
+    def __init__(self, table_aware: bool = False, hidden: int = 128, embed: int = 32):
+        super().__init__()
+        self.config = {"table_aware": table_aware, "hidden": hidden, "embed": embed}
+        self.table_aware = table_aware
+        self.table_encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
+        self.cost_encoder = mlp(len(DEVICE_TERMS), embed, last_relu=True)
+        self.scorer = mlp(embed * (3 if table_aware else 2), 64, 1)
+
+    def rollout(
+        self,
+        task: PlacementTask,
+        costnet: CostNet,
+        episodes: int,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Rollout:
+        """Place every table of `task` in `episodes` parallel episodes.
+
+        With autograd off this runs `fast_rollout`: the same devices (and, for a given
+        generator state, the same samples; floating-point rounding aside), no gradients.
+        """
+        if not torch.is_grad_enabled():
+            split = (episodes, 0) if greedy else (0, episodes)
+            return fast_rollout(self, task, costnet, *split, generator)
+        features, cost_encoded, order, guard = table_order(task, costnet)
+        policy_encoded = self.table_encoder(features)
+        sizes = task.table_bytes()
+        e, d = episodes, task.num_devices
+        policy_sum = policy_encoded.new_zeros(e, d, policy_encoded.shape[1])
+        cost_sum = cost_encoded.new_zeros(e, d, cost_encoded.shape[1])
+        used = np.zeros((e, d), dtype=np.int64)
+        devices = np.full((e, len(order)), -1, dtype=np.int64)
+        legal = np.ones(e, dtype=bool)
+        log_probs, entropies = [], []
+        for step, table in enumerate(order):
+            with torch.no_grad():
+                predicted_costs = costnet.device_costs(cost_sum)
+            parts = [policy_sum, self.cost_encoder(predicted_costs)]
+            if self.table_aware:
+                parts.append(policy_encoded[table].expand(e, d, -1))
+            logits = self.scorer(torch.cat(parts, dim=-1)).squeeze(-1)
+            action, log_p, entropy, stuck = masked_choice(
+                logits, guard.mask(step, used), greedy, generator
+            )
+            legal &= ~stuck
+            log_probs.append(log_p)
+            entropies.append(entropy)
+            chosen = nn.functional.one_hot(action, d).to(policy_sum.dtype)[..., None]
+            policy_sum = policy_sum + chosen * policy_encoded[table]
+            cost_sum = cost_sum + chosen * cost_encoded[table]
+            picked = action.numpy()
+            used[np.arange(e), picked] += sizes[table]
+            devices[:, table] = picked
+        with torch.no_grad():
+            predicted = costnet.overall_head(cost_sum.max(dim=1).values).squeeze(-1)
+        return Rollout(
+            devices,
+            torch.stack(log_probs).sum(0),
+            torch.stack(entropies).mean(0),
+            predicted,
+            legal,
+        )
+
+
+def linear_weights(net: nn.Sequential) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight transposed, bias) of each Linear of an `mlp`, as float32 NumPy arrays."""
+    return [
+        (layer.weight.detach().numpy().T.copy(), layer.bias.detach().numpy().copy())
+        for layer in net
+        if isinstance(layer, nn.Linear)
+    ]
+
+
+class DeviceScorer:
+    """The policy's device score as NumPy, arranged so a device costs work only when it changes.
+
+    A device's state is [policy sum ; cost sum]. The three per-device cost heads run as one
+    product; their output layer and the policy's cost encoder (linear, no activation between)
+    are folded into one. The scorer's first layer is linear in [policy sum ; cost encoding ;
+    table encoding], so a device's share is cached and, for a table-aware policy, the table's
+    share is added per step; otherwise whole logits are cached.
+    """
+
+    def __init__(self, policy: PlacementPolicy, costnet: CostNet):
+        heads = [linear_weights(head) for head in costnet.device_heads]
+        self.embed = policy.config["embed"]
+        self.head_in = np.concatenate([h[0][0] for h in heads], axis=1)  # [cost embed, 3 x hid]
+        self.head_in_bias = np.concatenate([h[0][1] for h in heads])
+        head_out = np.zeros((self.head_in.shape[1], len(heads)), dtype=np.float32)
+        for i, h in enumerate(heads):  # block diagonal: head i reads its own hidden units
+            rows = len(h[1][0])
+            head_out[i * rows : (i + 1) * rows, i] = h[1][0][:, 0]
+        head_out_bias = np.concatenate([h[1][1] for h in heads])
+        ((cost_w, cost_b),) = linear_weights(policy.cost_encoder)
+        self.cost_w, self.cost_b = head_out @ cost_w, head_out_bias @ cost_w + cost_b
+        (w1, self.b1), (w2, b2) = linear_weights(policy.scorer)
+        self.w1_policy = w1[: self.embed]
+        self.w1_cost = w1[self.embed : 2 * self.embed]
+        self.w1_table = w1[2 * self.embed :]
+        self.w2, self.b2 = w2[:, 0], b2[0]
+
+    def device_part(self, state: np.ndarray) -> np.ndarray:
+        """[n, hidden] first-layer pre-activation of device states [n, embed + cost embed]
+        without the table's share."""
+        policy_sum, cost_sum = state[:, : self.embed], state[:, self.embed :]
+        hidden = np.maximum(cost_sum @ self.head_in + self.head_in_bias, 0)
+        encoded_costs = np.maximum(hidden @ self.cost_w + self.cost_b, 0)
+        return policy_sum @ self.w1_policy + encoded_costs @ self.w1_cost + self.b1
+
+    def logits(self, device_part: np.ndarray, table_encoded: np.ndarray | None) -> np.ndarray:
+        """Scores [...] from device parts [..., hidden] (and the placed table's encoding)."""
+        if table_encoded is not None:
+            device_part = device_part + table_encoded @ self.w1_table
+        return np.maximum(device_part, 0) @ self.w2 + self.b2
+
+
+def fast_choice(
+    logits: np.ndarray, allowed: np.ndarray, greedy: int, generator: torch.Generator | None
+) -> np.ndarray:
+    """`masked_choice`'s devices in NumPy: the first `greedy` episodes take the best allowed
+    device, the others sample. `allowed` [E, D] must have a device in every row.
+
+    Sampling draws what torch.multinomial draws for one sample of each sampled row (q ~ Exp(1)
+    of their shape from `generator`, then argmax of p / q), so a seed gives the same samples.
+    """
+    masked = np.where(allowed, logits, -np.inf)
+    action = masked.argmax(axis=1)
+    if greedy < len(masked):
+        shifted = masked[greedy:]
+        probs = np.exp(shifted - shifted.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        q = torch.empty(probs.shape).exponential_(generator=generator).numpy()
+        action[greedy:] = (probs / q).argmax(axis=1)
+    return action
+
+
+def episode_statistics(
+    logits: np.ndarray, allowed: np.ndarray, actions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of log-probabilities, mean entropy) per episode, from every step's logits and
+    allowed devices [steps, E, D] and actions [steps, E] at once."""
+    masked = np.where(allowed, logits, -np.inf)
+    shifted = masked - masked.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    entropy = -(np.exp(log_p) * np.where(allowed, log_p, 0)).sum(axis=-1)
+    taken = np.take_along_axis(log_p, actions[..., None], axis=-1)[..., 0]
+    return taken.sum(axis=0), entropy.mean(axis=0)
+
+
+@torch.no_grad()
+def fast_rollout(
+    policy: PlacementPolicy,
+    task: PlacementTask,
+    costnet: CostNet,
+    greedy: int,
+    sampled: int,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """`greedy` argmax episodes, then `sampled` ones, as `PlacementPolicy.rollout` would run
+    them but without gradients: per step only the devices just chosen are re-scored. The sums
+    add the same float32 numbers in the same order as the reference."""
+    features, cost_encoded, order, guard = table_order(task, costnet)
+    policy_encoded = policy.table_encoder(features).numpy()
+    encoded = np.concatenate([policy_encoded, cost_encoded.numpy()], axis=1)
+    scorer = DeviceScorer(policy, costnet)
+    sizes = task.table_bytes()
+    e, d, t = greedy + sampled, task.num_devices, len(order)
+    state = np.zeros((e, d, encoded.shape[1]), dtype=np.float32)  # [policy sum ; cost sum]
+    empty = scorer.device_part(state[0, :1])
+    # a table-aware policy adds the table's share per step; otherwise whole scores are cached
+    cached = np.repeat(empty if policy.table_aware else scorer.logits(empty, None), e * d, axis=0)
+    cached = cached.reshape(e, d, *cached.shape[1:])
+    used = np.zeros((e, d), dtype=np.int64)
+    logits = np.empty((t, e, d), dtype=np.float32)
+    allowed = np.empty((t, e, d), dtype=bool)
+    actions = np.empty((t, e), dtype=np.int64)
+    legal, rows = np.ones(e, dtype=bool), np.arange(e)
+    for step, table in enumerate(order):
+        if policy.table_aware:
+            logits[step] = scorer.logits(cached, policy_encoded[table])
+        else:
+            logits[step] = cached
+        allowed[step] = guard.mask(step, used)
+        stuck = ~allowed[step].any(axis=1)
+        if stuck.any():  # picks among all devices, to finish and be marked illegal
+            legal &= ~stuck
+            allowed[step, stuck] = True
+        action = actions[step] = fast_choice(logits[step], allowed[step], greedy, generator)
+        changed = state[rows, action] + encoded[table]
+        state[rows, action] = changed
+        part = scorer.device_part(changed)
+        cached[rows, action] = part if policy.table_aware else scorer.logits(part, None)
+        used[rows, action] += sizes[table]
+    devices = np.empty((e, t), dtype=np.int64)
+    devices[:, order] = actions.T
+    log_prob, entropy = episode_statistics(logits, allowed, actions)
+    cost_sum = torch.from_numpy(state[:, :, policy_encoded.shape[1] :])
+    predicted = costnet.overall_head(cost_sum.max(dim=1).values).squeeze(-1)
+    return Rollout(devices, torch.from_numpy(log_prob), torch.from_numpy(entropy), predicted, legal)

@@ -1,0 +1,246 @@
+"""DreamShard's alternating training loop, top to bottom.
+
+Each iteration: (1) sample placements of training tasks with the current policy and measure
+them on the backend, appending to the cost dataset; (2) fit the cost network on every
+measurement so far; (3) train the policy with REINFORCE on the MDP the cost network estimates.
+A checkpoint after every iteration lets a crashed run resume where it stopped; measurements
+already stored are not repeated. Defaults are the paper's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.collect import Job, collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.errors import DreamshardError
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.costnet_data import Example, load_examples
+from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
+from dreamshard.learn.model_file import (
+    DreamShardModel,
+    load_model,
+    model_from_state,
+    model_state,
+    read_torch_file,
+    save_model,
+    save_torch_atomic,
+)
+from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.placement.suites import make_suite, parse_suite_name
+
+
+@dataclass
+class TrainState:
+    """Everything a resumed run needs; saved after every iteration."""
+
+    iteration: int
+    costnet: CostNet
+    policy: PlacementPolicy
+    costnet_optimizer: torch.optim.Optimizer
+    policy_optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    rng: np.random.Generator
+    history: list[dict] = field(default_factory=list)
+
+
+def fresh_state(config: TrainConfig) -> TrainState:
+    torch.manual_seed(config.seed)
+    costnet, policy = CostNet(), PlacementPolicy(table_aware=config.table_aware)
+    if config.init_model:
+        start = load_model(config.init_model)
+        costnet.load_state_dict(start.costnet.state_dict())
+        if start.policy.config == policy.config:
+            policy.load_state_dict(start.policy.state_dict())
+    return TrainState(
+        0,
+        costnet,
+        policy,
+        torch.optim.Adam(costnet.parameters(), lr=config.learning_rate),
+        torch.optim.Adam(policy.parameters(), lr=config.learning_rate),
+        torch.Generator().manual_seed(config.seed),
+        np.random.default_rng(config.seed),
+    )
+
+
+def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
+    model = model_state(DreamShardModel(state.costnet, state.policy))
+    save_torch_atomic(
+        {
+            "model": model,
+            "iteration": state.iteration,
+            "config": json.dumps(asdict(config)),
+            "costnet_optimizer": state.costnet_optimizer.state_dict(),
+            "policy_optimizer": state.policy_optimizer.state_dict(),
+            "generator": state.generator.get_state(),
+            "rng": json.dumps(state.rng.bit_generator.state),
+            "history": json.dumps(state.history),
+        },
+        path,
+    )
+
+
+def load_checkpoint(path: Path, config: TrainConfig) -> TrainState:
+    data = read_torch_file(path, "checkpoint")
+    model = model_from_state(data["model"], path)
+    state = fresh_state(config)
+    state.costnet, state.policy = model.costnet, model.policy
+    state.costnet.train()
+    state.policy.train()
+    state.costnet_optimizer = torch.optim.Adam(state.costnet.parameters())
+    state.costnet_optimizer.load_state_dict(data["costnet_optimizer"])
+    state.policy_optimizer = torch.optim.Adam(state.policy.parameters())
+    state.policy_optimizer.load_state_dict(data["policy_optimizer"])
+    state.generator.set_state(data["generator"])
+    state.rng.bit_generator.state = json.loads(data["rng"])
+    state.iteration = data["iteration"]
+    state.history = json.loads(data["history"])
+    return state
+
+
+def linear_lr(optimizer: torch.optim.Optimizer, base: float, step: int, total: int) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = base * max(0.0, 1.0 - step / max(1, total))
+
+
+def train_policy(state: TrainState, config: TrainConfig, tasks) -> list[float]:
+    """REINFORCE on the estimated MDP: episodes of one task, rewards normalised within them."""
+    rewards_seen = []
+    total = config.iterations * config.policy_updates
+    for update in range(config.policy_updates):
+        step = state.iteration * config.policy_updates + update
+        linear_lr(state.policy_optimizer, config.learning_rate, step, total)
+        task = tasks[int(state.rng.integers(len(tasks)))]
+        rollout = state.policy.rollout(task, state.costnet, config.episodes,
+                                       generator=state.generator)  # fmt: skip
+        loss, reward = reinforce_loss(rollout, config.entropy_weight)
+        state.policy_optimizer.zero_grad()
+        loss.backward()
+        state.policy_optimizer.step()
+        rewards_seen.append(float(reward.mean() * state.costnet.scale))
+    return rewards_seen
+
+
+def sample_jobs(state: TrainState, config: TrainConfig, tasks) -> list[Job]:
+    """This iteration's placements to measure: one policy sample per task, round-robin."""
+    jobs = []
+    for j in range(config.placements_per_iteration):
+        task = tasks[(state.iteration * config.placements_per_iteration + j) % len(tasks)]
+        with torch.no_grad():
+            rollout = state.policy.rollout(task, state.costnet, 1, generator=state.generator)
+        if rollout.legal[0]:
+            jobs.append(Job(task, rollout.placement(0, "policy")))
+    return jobs
+
+
+def probe_cost(state: TrainState, tasks, backend) -> tuple[float, float]:
+    """Mean predicted and backend cost of the greedy policy's placements on `tasks`."""
+    predicted, measured = [], []
+    with torch.no_grad():
+        for task in tasks:
+            rollout = state.policy.rollout(task, state.costnet, 1, greedy=True)
+            placement = rollout.placement(0, "dreamshard")
+            predicted.append(float(rollout.predicted[0] * state.costnet.scale))
+            if backend is not None and rollout.legal[0]:
+                measured.append(backend.measure(task, placement).overall)
+    return float(np.mean(predicted)), float(np.mean(measured)) if measured else float("nan")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def dataset_path(config: TrainConfig) -> Path:
+    return Path(config.dataset) if config.dataset else Path(config.out) / "costs.sqlite"
+
+
+def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
+    """Fit a fresh cost network on the dataset alone (no policy training, no measuring).
+
+    The last `holdout` share of the measurements (by time) is kept out of the fit and scored.
+    Returns (model with an untrained policy, per-step losses, held-out errors).
+    """
+    backend = make_backend(config.backend, config.measure_iterations)
+    examples = load_examples(CostDataset(dataset_path(config)), backend.config())
+    if len(examples) < 5:
+        raise DreamshardError(
+            f"{dataset_path(config)} holds {len(examples)} measurements on this backend's "
+            "settings; collect at least 5 first (dreamshard collect)"
+        )
+    cut = len(examples) - max(1, int(len(examples) * holdout))
+    state = fresh_state(config)
+    fit_config = replace(config, iterations=1)
+    losses = fit_costnet(state, fit_config, examples[:cut])
+    errors = costnet_errors(state.costnet, examples[cut:])
+    log(f"cost network: {config.costnet_steps} steps on {cut} measurements, held-out overall "
+        f"MAPE {errors['overall_mape']:.1%} on {len(examples) - cut}")  # fmt: skip
+    metadata = {"suite": config.suite, "backend": backend.config(), "config": asdict(config),
+                "examples": len(examples), "errors": errors}  # fmt: skip
+    return DreamShardModel(state.costnet, state.policy, metadata), losses, errors
+
+
+def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
+    """The alternating loop; `on_iteration(record, costnet_losses, policy_rewards)` sees each."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
+    tasks = make_suite(spec).train_tasks
+    backend = make_backend(config.backend, config.measure_iterations)
+    dataset = CostDataset(dataset_path(config))
+    checkpoint = out / "checkpoint.pt"
+    state = load_checkpoint(checkpoint, config) if checkpoint.exists() else fresh_state(config)
+    if state.iteration:
+        log(f"resuming after iteration {state.iteration} from {checkpoint}")
+    elif config.warm_start:
+        log(f"warm start: measuring {config.warm_start} heuristic and random placements")
+        collect(list(collection_jobs(make_suite(spec), config.warm_start)), backend, dataset,
+                spec.name)  # fmt: skip
+    probe = tasks[: min(5, len(tasks))]
+    # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
+    probe_backend = backend if config.backend == "simulated" else None
+    while state.iteration < config.iterations:
+        start = time.monotonic()
+        summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name)
+        examples: list[Example] = load_examples(dataset, backend.config())
+        losses = fit_costnet(state, config, examples)
+        rewards = train_policy(state, config, tasks)
+        state.iteration += 1
+        predicted, measured = probe_cost(state, probe, probe_backend)
+        record = {
+            "iteration": state.iteration,
+            "dataset_size": len(examples),
+            "measured_now": summary.measured,
+            "costnet_loss": losses[-1] if losses else float("nan"),
+            "policy_reward": float(np.mean(rewards)),
+            "probe_predicted_ms": predicted,
+            "probe_backend_ms": measured,
+            "seconds": time.monotonic() - start,
+        }
+        state.history.append(record)
+        if on_iteration is not None:
+            on_iteration(record, losses, rewards)
+        save_checkpoint(state, config, checkpoint)
+        save_checkpoint(state, config, out / "checkpoints" / f"iter-{state.iteration:03d}.pt")
+        log(
+            f"iteration {state.iteration}/{config.iterations}: {len(examples)} measurements, "
+            f"cost-net loss {record['costnet_loss']:.4f}, "
+            f"policy reward {record['policy_reward']:.2f} ms, "
+            f"greedy predicted {predicted:.2f} ms ({record['seconds']:.0f} s)"
+        )
+    model = DreamShardModel(state.costnet, state.policy, {
+        "suite": config.suite, "backend": backend.config(), "config": asdict(config),
+        "history": state.history, "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    })  # fmt: skip
+    model.costnet.eval()
+    model.policy.eval()
+    save_model(model, out / "model.pt")
+    log(f"wrote {out / 'model.pt'}")
+    return model

@@ -1,0 +1,66 @@
+"""The baseline planners: random placement and the memory-aware greedy heuristics of the paper.
+
+A planner maps a task to a legal placement. The greedy rule (DESIGN.md): sort tables by a cost
+key, largest first, and put each on the device with the smallest accumulated key that still has
+room. Unlike the original code, every planner respects memory (random included) and raises
+InfeasibleError instead of overloading the last device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from dreamshard.placement.packing import assign_within_memory, largest_first, least_load_dive
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.table import Table
+
+# What each greedy heuristic balances across devices.
+HEURISTIC_KEYS: dict[str, Callable[[Table], float]] = {
+    "dim": lambda t: float(t.dim),
+    "size": lambda t: float(t.size),
+    "lookup": lambda t: t.dim * t.pooling_factor,
+    "size_lookup": lambda t: t.dim * t.pooling_factor * math.log10(t.rows),
+}
+
+# A planner: (task, seed) -> legal placement.
+Planner = Callable[[PlacementTask, int], Placement]
+
+
+def heuristic_keys(task: PlacementTask, key_name: str) -> np.ndarray:
+    key = HEURISTIC_KEYS[key_name]
+    return np.array([key(t) for t in task.tables], dtype=np.float64)
+
+
+def greedy_place(task: PlacementTask, key_name: str) -> Placement:
+    """Largest key first, each to the device with the smallest key sum that has room."""
+    keys = heuristic_keys(task, key_name)
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+
+    def smallest_load_first(_table, load, _used):
+        return np.argsort(load, kind="stable")
+
+    devices = least_load_dive(task, order, keys)  # the search's first path, when memory allows
+    if devices is None:
+        devices = assign_within_memory(task, order, smallest_load_first, key_name, keys)
+    return Placement(tuple(devices), method=key_name)
+
+
+def random_place(task: PlacementTask, seed: int = 0) -> Placement:
+    """Each table on a uniformly random device with room (largest tables placed first)."""
+    rng = np.random.default_rng(seed)
+
+    def any_device(_table, _load, _used):
+        return rng.permutation(task.num_devices)
+
+    devices = assign_within_memory(task, largest_first(task), any_device, "random")
+    return Placement(tuple(devices), method="random")
+
+
+PLANNERS: dict[str, Planner] = {
+    "random": random_place,
+    **{name: (lambda task, seed, name=name: greedy_place(task, name)) for name in HEURISTIC_KEYS},
+}
+

@@ -1,0 +1,170 @@
+"""Task suites as in the paper: a table pool split into disjoint train and test pools, and
+N tasks of T tables sampled from each.
+
+A suite is named `<profile>-<T>x<D>` (for example `dlrm-50x4`, `cpu-100x8`): T tables on D
+devices, tables from the synthetic `profile`. All suites of one profile and pool seed share
+the same pool split, so a policy trained on one suite's train tasks can be tested zero-shot
+on another suite's test tasks with tables it never saw.
+
+Memory caps bind: each task's cap per device is `slack * (total bytes / D)` with slack drawn
+uniformly from MEMORY_SLACK (never below the largest table), so some tasks are tight and
+greedy keys that ignore memory must give way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.files import write_json_atomic
+from dreamshard.placement.heuristics import greedy_place
+from dreamshard.placement.tasks import PlacementTask
+from dreamshard.tables.sources import table_from_record, table_to_dict
+from dreamshard.tables.synthetic import generate_tables, get_profile
+from dreamshard.tables.table import Table
+
+POOL_SIZE = 856  # as many tables as the public data set
+MEMORY_SLACK = (1.05, 1.5)
+MIB = 2**20
+SUITE_FORMAT = "dreamshard-suite"
+PRECISION = {"dlrm": "fp16", "cpu": "fp32"}  # weights as each profile's hardware holds them
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    profile: str
+    num_tables: int
+    num_devices: int
+    num_train_tasks: int = 50
+    num_test_tasks: int = 50
+    pool_size: int = POOL_SIZE
+    pool_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Suite:
+    spec: SuiteSpec
+    train_tasks: tuple[PlacementTask, ...]
+    test_tasks: tuple[PlacementTask, ...]
+
+
+def parse_suite_name(name: str, num_train_tasks: int = 50, num_test_tasks: int = 50) -> SuiteSpec:
+    match = re.fullmatch(r"(\w+)-(\d+)x(\d+)", name)
+    if not match:
+        raise DreamshardError(
+            f"suite name {name!r} should look like <profile>-<tables>x<devices>, e.g. dlrm-50x4"
+        )
+    profile, tables, devices = match.group(1), int(match.group(2)), int(match.group(3))
+    get_profile(profile)
+    if tables <= 0 or devices <= 0:
+        raise DreamshardError(f"suite {name}: tables and devices must be positive")
+    if tables > POOL_SIZE // 2:
+        raise DreamshardError(f"suite {name}: at most {POOL_SIZE // 2} tables (half the pool)")
+    return SuiteSpec(name, profile, tables, devices, num_train_tasks, num_test_tasks)
+
+
+def split_pool(spec: SuiteSpec) -> tuple[list[Table], list[Table]]:
+    """The profile's pool, shuffled with the pool seed: first half train, second half test."""
+    pool = generate_tables(spec.profile, spec.pool_size, spec.pool_seed)
+    order = np.random.default_rng(spec.pool_seed).permutation(len(pool))
+    half = len(pool) // 2
+    return [pool[i] for i in order[:half]], [pool[i] for i in order[half:]]
+
+
+def _sample_task(
+    rng: np.random.Generator, pool: list[Table], spec: SuiteSpec, name: str
+) -> PlacementTask:
+    picks = rng.choice(len(pool), size=spec.num_tables, replace=False)
+    tables = tuple(pool[i] for i in sorted(picks))
+    precision = PRECISION[spec.profile]
+    sizes = [t.bytes(precision) for t in tables]
+    slack = rng.uniform(*MEMORY_SLACK)
+    while True:
+        cap = max(slack * sum(sizes) / spec.num_devices, max(sizes))
+        cap = int(math.ceil(cap / MIB) * MIB)
+        task = PlacementTask(tables, spec.num_devices, cap, precision, name)
+        try:
+            greedy_place(task, "size")
+            return task
+        except InfeasibleError:
+            slack *= 1.05  # too tight for any packing found: loosen this task a little
+
+
+def make_suite(spec: SuiteSpec | str) -> Suite:
+    """Build a suite from its spec (or name); the same spec always gives the same suite."""
+    if isinstance(spec, str):
+        spec = parse_suite_name(spec)
+    train_pool, test_pool = split_pool(spec)
+    rng = np.random.default_rng([spec.pool_seed, spec.num_tables, spec.num_devices])
+    train = tuple(
+        _sample_task(rng, train_pool, spec, f"{spec.name}/train/{i}")
+        for i in range(spec.num_train_tasks)
+    )
+    test = tuple(
+        _sample_task(rng, test_pool, spec, f"{spec.name}/test/{i}")
+        for i in range(spec.num_test_tasks)
+    )
+    return Suite(spec, train, test)
+
+
+def _task_to_dict(task: PlacementTask) -> dict:
+    return {
+        "name": task.name,
+        "num_devices": task.num_devices,
+        "memory_cap_bytes": task.memory_cap_bytes,
+        "precision": task.precision,
+        "tables": [t.name for t in task.tables],
+    }
+
+
+def save_suite(suite: Suite, path: str | Path) -> None:
+    tasks = suite.train_tasks + suite.test_tasks
+    tables = {t.name: t for task in tasks for t in task.tables}
+    write_json_atomic(
+        path,
+        {
+            "format": SUITE_FORMAT,
+            "version": 1,
+            "spec": asdict(suite.spec),
+            "tables": [table_to_dict(t) for t in tables.values()],
+            "train": [_task_to_dict(t) for t in suite.train_tasks],
+            "test": [_task_to_dict(t) for t in suite.test_tasks],
+        },
+    )
+
+
+def load_suite(path: str | Path) -> Suite:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != SUITE_FORMAT:
+            raise DreamshardError(f"{path} is not a dreamshard suite file")
+        tables = {
+            r["name"]: table_from_record(r, f"{path} table {r['name']}") for r in data["tables"]
+        }
+
+        def task(d: dict) -> PlacementTask:
+            return PlacementTask(
+                tuple(tables[n] for n in d["tables"]),
+                d["num_devices"],
+                d["memory_cap_bytes"],
+                d["precision"],
+                d["name"],
+            )
+
+        return Suite(
+            SuiteSpec(**data["spec"]),
+            tuple(task(d) for d in data["train"]),
+            tuple(task(d) for d in data["test"]),
+        )
+    except FileNotFoundError:
+        raise DreamshardError(f"suite file {path} does not exist") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DreamshardError(f"cannot read suite file {path}: {exc}") from None

@@ -1,0 +1,147 @@
+"""Local search over placements: moves and swaps of tables between devices, legal ones only.
+
+`local_search` improves any starting placement under any scorer (placements -> costs, lower is
+better): the cost network's predicted overall cost (`costnet_scorer`), or a measured cost for
+a "best known" reference. Each round lists every legal neighbour of the current placement (a
+table moved to another device with room; two tables on different devices swapped, both
+devices staying within the cap), shuffles them with the seed, and scores them in batches; the
+first batch holding a better placement moves the search to its best one. The search stops at a
+local optimum (no neighbour is better), after `max_rounds` accepted steps, or when `seconds`
+run out. Given the seed and no time limit reached, it repeats exactly.
+
+Planner `dreamshard_search`: the `dreamshard` planner's placement refined this way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
+from dreamshard.planners.dreamshard_planner import dreamshard_place
+from dreamshard.tables.features import feature_matrix
+
+# Costs of placements of one task, in the order given (lower is better).
+Scorer = Callable[[Sequence[Placement]], Sequence[float]]
+
+SEARCH_SECONDS = 5.0  # the planner's defaults
+SEARCH_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    placement: Placement
+    cost: float
+    start_cost: float
+    steps: int  # improving moves or swaps accepted
+    scored: int  # placements scored, the start included
+    seconds: float
+    local_optimum: bool  # True when it stopped because no neighbour was better
+
+
+def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
+    """The cost network's predicted overall cost (ms) of placements of `task`.
+
+    The same numbers as `predicted_overall`, but the tables are encoded once, not once per
+    candidate: a candidate costs only its devices' sums and the overall head.
+    """
+    costnet, d = model.costnet, task.num_devices
+    with torch.no_grad():
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+
+    @torch.no_grad()
+    def score(placements: Sequence[Placement]) -> list[float]:
+        n = len(placements)
+        devices = torch.tensor([p.devices for p in placements], dtype=torch.long)
+        device_index = (devices + d * torch.arange(n)[:, None]).reshape(-1)
+        vectors = encoded.new_zeros(n * d, encoded.shape[1])
+        vectors = vectors.index_add(0, device_index, encoded.repeat(n, 1))
+        overall = costnet.overall(vectors, torch.arange(n).repeat_interleave(d), n)
+        return (overall * costnet.scale).tolist()
+
+    return score
+
+
+def legal_neighbours(task: PlacementTask, devices: np.ndarray) -> np.ndarray:
+    """[N, 4] rows (table a, its new device, table b or -1, b's new device or -1)."""
+    sizes = task.table_bytes()
+    used = device_memory(task, Placement(tuple(devices)))
+    cap, t, d = task.memory_cap_bytes, len(devices), task.num_devices
+    table, target = np.divmod(np.arange(t * d), d)
+    moves = (target != devices[table]) & (used[target] + sizes[table] <= cap)
+    a, b = np.triu_indices(t, k=1)
+    da, db = devices[a], devices[b]
+    swaps = (da != db) & (used[db] - sizes[b] + sizes[a] <= cap)
+    swaps &= used[da] - sizes[a] + sizes[b] <= cap
+    none = np.full(int(moves.sum()), -1)
+    return np.concatenate([
+        np.stack([table[moves], target[moves], none, none], axis=1),
+        np.stack([a[swaps], db[swaps], b[swaps], da[swaps]], axis=1),
+    ])  # fmt: skip
+
+
+def apply_neighbours(devices: np.ndarray, rows: np.ndarray) -> list[Placement]:
+    candidates = np.repeat(devices[None], len(rows), axis=0)
+    index = np.arange(len(rows))
+    candidates[index, rows[:, 0]] = rows[:, 1]
+    swap = rows[:, 2] >= 0
+    candidates[index[swap], rows[swap, 2]] = rows[swap, 3]
+    return [Placement(tuple(int(v) for v in c)) for c in candidates]
+
+
+def local_search(
+    task: PlacementTask,
+    start: Placement,
+    score: Scorer,
+    seconds: float | None = None,
+    max_rounds: int | None = None,
+    seed: int = 0,
+    batch: int = 128,
+) -> SearchResult:
+    """Improve `start` by legal moves and swaps until a local optimum or the budget ends."""
+    began = time.perf_counter()
+    deadline = began + seconds if seconds is not None else float("inf")
+    rng = np.random.default_rng(seed)
+    devices = np.asarray(start.devices, dtype=np.int64)
+    start_cost = cost = float(score([start])[0])
+    steps, scored, local_optimum = 0, 1, False
+    while (max_rounds is None or steps < max_rounds) and time.perf_counter() < deadline:
+        rows = legal_neighbours(task, devices)
+        rows = rows[rng.permutation(len(rows))]
+        improved = False
+        for lo in range(0, len(rows), batch):
+            if time.perf_counter() >= deadline:
+                break
+            candidates = apply_neighbours(devices, rows[lo : lo + batch])
+            costs = np.asarray(score(candidates), dtype=np.float64)
+            scored += len(candidates)
+            best = int(costs.argmin())
+            if costs[best] < cost:
+                devices, cost, improved = np.asarray(candidates[best].devices), costs[best], True
+                steps += 1
+                break
+        if not improved:
+            local_optimum = time.perf_counter() < deadline
+            break
+    placement = Placement(tuple(int(v) for v in devices), start.method)
+    return SearchResult(placement, float(cost), start_cost, steps, scored,
+                        time.perf_counter() - began, local_optimum)  # fmt: skip
+
+
+def dreamshard_search_place(
+    task: PlacementTask,
+    model: DreamShardModel,
+    samples: int = 8,
+    seed: int = 0,
+    seconds: float = SEARCH_SECONDS,
+    max_rounds: int = SEARCH_ROUNDS,
+) -> Placement:
+    """The `dreamshard` planner's placement, then local search on the predicted cost."""
+    start = dreamshard_place(task, model, samples, seed)
+    found = local_search(task, start, costnet_scorer(model, task), seconds, max_rounds, seed)
+    return Placement(found.placement.devices, "dreamshard_search")
