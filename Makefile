@@ -51,3 +51,4 @@ test: $(BIN)/dreamshard $(VENV)/.torchrec $(VENV)/.chromium
 
 lint: $(BIN)/dreamshard
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

@@ -78,23 +78,34 @@ MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a trained DreamShard model (default: train one here)")
-    parser.add_argument("--train-backend", default="fbgemm", choices=["fbgemm", "simulated"],
-                        help="backend to train on when --model is absent")  # fmt: skip
+    parser.add_argument(
+        "--train-backend",
+        default="fbgemm",
+        choices=["fbgemm", "simulated"],
+        help="backend to train on when --model is absent",
+    )
     parser.add_argument("--train-iterations", type=int, default=TrainConfig.iterations)
     parser.add_argument("--rnn", help="a trained RNN placer (default: train one here)")
     parser.add_argument("--rnn-updates", type=int, default=RnnTrainConfig.updates)
     parser.add_argument("--suites", default=SUITES)
-    parser.add_argument("--tasks", type=int, default=1,
-                        help="held-out tasks per suite (~25 min each)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved rounds (5+ to resolve 5%% differences)")  # fmt: skip
-    parser.add_argument("--search-budget", type=int, default=40,
-                        help="measurements per task for the best known search")  # fmt: skip
+    parser.add_argument(
+        "--tasks", type=int, default=1, help="held-out tasks per suite (~25 min each)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds (5+ to resolve 5%% differences)"
+    )
+    parser.add_argument(
+        "--search-budget",
+        type=int,
+        default=40,
+        help="measurements per task for the best known search",
+    )
     parser.add_argument("--milp-seconds", type=float, default=10.0)
     parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
     parser.add_argument("--out", default=str(RESULTS), help="the report (.json, .csv beside)")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse the stored measurements (default: fresh)")  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true", help="reuse the stored measurements (default: fresh)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -106,8 +117,9 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
     out = state_dir() / "compare_planners" / f"model-{args.train_backend}"
     log(f"no --model: training one on cpu-50x4 with the {args.train_backend} backend in {out}")
     start = time.monotonic()
-    config = TrainConfig(suite="cpu-50x4", backend=args.train_backend, out=str(out),
-                         iterations=args.train_iterations)  # fmt: skip
+    config = TrainConfig(
+        suite="cpu-50x4", backend=args.train_backend, out=str(out), iterations=args.train_iterations
+    )
     model = train(config, log=log)
     minutes = (time.monotonic() - start) / 60
     return model, (
@@ -120,14 +132,19 @@ def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnP
     if args.rnn:
         placer = load_rnn(args.rnn)
         return placer, f"{args.rnn} ({placer.num_devices} devices)"
-    config = RnnTrainConfig(suite=model.metadata.get("suite", "cpu-50x4"),
-                            updates=args.rnn_updates, seed=args.seed)  # fmt: skip
-    log(f"no --rnn: training one on {config.suite} against the model's cost network "
-        f"({config.updates} updates)")  # fmt: skip
+    config = RnnTrainConfig(
+        suite=model.metadata.get("suite", "cpu-50x4"), updates=args.rnn_updates, seed=args.seed
+    )
+    log(
+        f"no --rnn: training one on {config.suite} against the model's cost network "
+        f"({config.updates} updates)"
+    )
     start = time.monotonic()
     placer = train_rnn(model, config, log=log)
-    return placer, (f"trained by this run on {config.suite} against the model's cost network, "
-                    f"{config.updates} updates ({time.monotonic() - start:.0f} s)")  # fmt: skip
+    return placer, (
+        f"trained by this run on {config.suite} against the model's cost network, "
+        f"{config.updates} updates ({time.monotonic() - start:.0f} s)"
+    )
 
 
 @torch.no_grad()
@@ -175,14 +192,19 @@ class BestKnown:
             known[devices] = self.backend.measure(task, Placement(devices)).overall
             progress.step(f"screening {unique[devices]}: {known[devices]:.2f} ms")
         start = min(known, key=known.__getitem__)
-        scorer = MeasuredScorer(self.backend, task, costnet_scorer(self.model, task), known,
-                                self.budget, progress)  # fmt: skip
+        scorer = MeasuredScorer(
+            self.backend, task, costnet_scorer(self.model, task), known, self.budget, progress
+        )
         found = local_search(task, Placement(start), scorer, seed=self.seed, batch=SEARCH_BATCH)
         progress.close()
         self.log[task.name] = {
-            "start": unique[start], "start_ms": known[start], "steps": found.steps,
-            "measured": scorer.used, "search_ms": found.cost, "screened": len(unique),
-        }  # fmt: skip
+            "start": unique[start],
+            "start_ms": known[start],
+            "steps": found.steps,
+            "measured": scorer.used,
+            "search_ms": found.cost,
+            "screened": len(unique),
+        }
         return Placement(found.placement.devices, BEST_KNOWN)
 
 
@@ -229,8 +251,9 @@ def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, mil
             raise DreamshardError(f"no placement: {result.status} after {result.seconds:.1f} s")
         return result.placement
 
-    planners = {name: (lambda task, name=name: place(task, name))
-                for name in ("random", *HEURISTIC_KEYS)}  # fmt: skip
+    planners = {
+        name: (lambda task, name=name: place(task, name)) for name in ("random", *HEURISTIC_KEYS)
+    }
     planners |= {
         "torchrec": lambda task: torchrec_place(task),
         "torchrec (no reserve)": lambda task: torchrec_place(task, reserve=False),
@@ -251,12 +274,15 @@ def suite_view(evaluation: Evaluation, indices: list[int]) -> Evaluation:
     """The part of the run that holds the given tasks (one suite)."""
     where = {t: k for k, t in enumerate(indices)}
     return Evaluation(
-        [evaluation.tasks[t] for t in indices], evaluation.planners,
-        [evaluation.placements[t] for t in indices], evaluation.costs[:, indices],
-        [evaluation.breakdowns[t] for t in indices], evaluation.plan_seconds[indices],
+        [evaluation.tasks[t] for t in indices],
+        evaluation.planners,
+        [evaluation.placements[t] for t in indices],
+        evaluation.costs[:, indices],
+        [evaluation.breakdowns[t] for t in indices],
+        evaluation.plan_seconds[indices],
         evaluation.backend,
         {(where[t], j): why for (t, j), why in evaluation.declined.items() if t in where},
-    )  # fmt: skip
+    )
 
 
 def references(view: Evaluation) -> dict[str, np.ndarray]:
@@ -264,8 +290,11 @@ def references(view: Evaluation) -> dict[str, np.ndarray]:
     strongest = view.costs[:, :, view.planners.index(view.strongest_heuristic())]
     best = np.nanargmin(view.costs.mean(axis=0), axis=1)  # per task, over every placement
     best_known = np.stack([view.costs[:, t, j] for t, j in enumerate(best)], axis=1)
-    return {"strongest": strongest, "per_task_best": view.per_task_best_heuristic(),
-            "best_known": best_known}  # fmt: skip
+    return {
+        "strongest": strongest,
+        "per_task_best": view.per_task_best_heuristic(),
+        "best_known": best_known,
+    }
 
 
 def summarise(ratios: np.ndarray) -> dict | None:
@@ -273,8 +302,12 @@ def summarise(ratios: np.ndarray) -> dict | None:
     ok = ratios[~np.isnan(ratios)]
     if not ok.size:
         return None
-    return {"mean": float(geometric_mean(ok)), "min": float(ok.min()), "max": float(ok.max()),
-            "tasks": int(ok.size)}  # fmt: skip
+    return {
+        "mean": float(geometric_mean(ok)),
+        "min": float(ok.min()),
+        "max": float(ok.max()),
+        "tasks": int(ok.size),
+    }
 
 
 def cell(summary: dict | None, total: int) -> str:
@@ -305,13 +338,26 @@ def suite_section(name: str, view: Evaluation, model_suite: str) -> tuple[str, d
         summary[planner]["placed"] = len(placed)
         mean_ms = float(np.mean(view.costs[:, placed, j])) if placed else "-"
         plan_s = float(view.plan_seconds[placed, j].mean()) if placed else "-"
-        rows.append([planner, status, mean_ms,
-                     *(cell(summary[planner][key], n) for key in ratios), plan_s])  # fmt: skip
-    table = format_table(["planner", "placed", "mean ms", "(a) vs strongest",
-                          "(b) vs per-task best", "(c) vs best known", "plan s"], rows)  # fmt: skip
+        rows.append(
+            [planner, status, mean_ms, *(cell(summary[planner][key], n) for key in ratios), plan_s]
+        )
+    table = format_table(
+        [
+            "planner",
+            "placed",
+            "mean ms",
+            "(a) vs strongest",
+            "(b) vs per-task best",
+            "(c) vs best known",
+            "plan s",
+        ],
+        rows,
+    )
     zero_shot = "" if name == model_suite else " (zero-shot)"
-    text = (f"## {name}{zero_shot}: {n} held-out task{'s' * (n != 1)}, strongest fixed heuristic "
-            f"{view.strongest_heuristic()}\n\n```\n{table}\n```")  # fmt: skip
+    text = (
+        f"## {name}{zero_shot}: {n} held-out task{'s' * (n != 1)}, strongest fixed heuristic "
+        f"{view.strongest_heuristic()}\n\n```\n{table}\n```"
+    )
     return text, summary
 
 
@@ -334,32 +380,42 @@ def dreamshard_ratios(view: Evaluation) -> dict[str, np.ndarray]:
     """Per headline column, dreamshard's ratio per task (NaN where the reference declined)."""
     refs = references(view)
     j = view.planners.index("dreamshard")
-    return {label: (view.ratios_to(refs[ref])[:, j] if ref in refs
-                    else paired(view, "dreamshard", ref))
-            for label, ref in HEADLINE.items()}  # fmt: skip
+    return {
+        label: (view.ratios_to(refs[ref])[:, j] if ref in refs else paired(view, "dreamshard", ref))
+        for label, ref in HEADLINE.items()
+    }
 
 
 def headline(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
     """Where dreamshard stands, per suite and over every task."""
     per_suite = {name: dreamshard_ratios(view) for name, view in views.items()}
-    per_suite["all tasks"] = {label: np.concatenate([s[label] for s in per_suite.values()])
-                              for label in HEADLINE}  # fmt: skip
-    rows = [[name, *(cell(summarise(v), len(v)) for v in values.values())]
-            for name, values in per_suite.items()]  # fmt: skip
+    per_suite["all tasks"] = {
+        label: np.concatenate([s[label] for s in per_suite.values()]) for label in HEADLINE
+    }
+    rows = [
+        [name, *(cell(summarise(v), len(v)) for v in values.values())]
+        for name, values in per_suite.items()
+    ]
     torchrec = evaluation.planners.index("torchrec")
     rejected = sum(p[torchrec] is None for p in evaluation.placements)
     return (
         "## Headline: dreamshard's measured cost relative to ...\n\n```\n"
-        + format_table(["suite", *HEADLINE], rows) + "\n```\n\n"
+        + format_table(["suite", *HEADLINE], rows)
+        + "\n```\n\n"
         f"TorchRec's planner with its own reservation declined {rejected} of "
         f"{len(evaluation.tasks)} tasks; `-` or [k/n]: compared only where both placed."
-    )  # fmt: skip
+    )
 
 
 def declines_section(evaluation: Evaluation) -> str:
-    rows = [[evaluation.tasks[t].name, evaluation.planners[j],
-             reason.split("; ")[0].split(", counting")[0].replace(TORCHREC_SAYS, "")]
-            for (t, j), reason in sorted(evaluation.declined.items())]  # fmt: skip
+    rows = [
+        [
+            evaluation.tasks[t].name,
+            evaluation.planners[j],
+            reason.split("; ")[0].split(", counting")[0].replace(TORCHREC_SAYS, ""),
+        ]
+        for (t, j), reason in sorted(evaluation.declined.items())
+    ]
     if not rows:
         return "## Declined tasks\n\nNone."
     return "## Declined tasks\n\n```\n" + format_table(["task", "planner", "why"], rows) + "\n```"
@@ -376,9 +432,11 @@ def milp_section(evaluation: Evaluation, milp_log: dict) -> str:
         "## MILP on the cost network's single-table costs\n\nExact for the additive surrogate "
         "only (the max over devices of the sum of each table's predicted cost alone); the real "
         "cost is not additive, so its optimum bounds nothing measured.\n\n```\n"
-        + format_table(["task", "status", "gap", "seconds", "additive optimum ms",
-                        "measured mean ms"], rows) + "\n```"
-    )  # fmt: skip
+        + format_table(
+            ["task", "status", "gap", "seconds", "additive optimum ms", "measured mean ms"], rows
+        )
+        + "\n```"
+    )
 
 
 def search_section(evaluation: Evaluation, search_log: dict) -> str:
@@ -388,8 +446,18 @@ def search_section(evaluation: Evaluation, search_log: dict) -> str:
         s = search_log[task.name]
         means = evaluation.costs[:, t].mean(axis=0)
         reference = "yes" if means[j] <= np.nanmin(means) else "no"  # ties: the same placement
-        rows.append([task.name, s["start"], s["start_ms"], s["steps"], s["measured"],
-                     s["search_ms"], float(means[j]), reference])  # fmt: skip
+        rows.append(
+            [
+                task.name,
+                s["start"],
+                s["start_ms"],
+                s["steps"],
+                s["measured"],
+                s["search_ms"],
+                float(means[j]),
+                reference,
+            ]
+        )
     return (
         "## Best known: measured local search\n\nScreening: each distinct placement of the "
         "other planners measured once; the search starts from the cheapest. 'search ms' is the "
@@ -397,9 +465,21 @@ def search_section(evaluation: Evaluation, search_log: dict) -> str:
         "rounds (the gap is the winner's curse); 'reference' says whether it was the best "
         "placement of the task in the rounds (else the cheaper planner's placement is the best "
         "known).\n\n```\n"
-        + format_table(["task", "start", "start ms", "steps", "measured", "search ms",
-                        "rounds ms", "reference"], rows) + "\n```"
-    )  # fmt: skip
+        + format_table(
+            [
+                "task",
+                "start",
+                "start ms",
+                "steps",
+                "measured",
+                "search ms",
+                "rounds ms",
+                "reference",
+            ],
+            rows,
+        )
+        + "\n```"
+    )
 
 
 def write_raw(evaluation: Evaluation, out: Path, extra: dict) -> None:
@@ -446,27 +526,50 @@ def run_benchmark(args: argparse.Namespace, log) -> Run:
     placer, rnn_note = rnn_for(args, model, log)
     ready = time.monotonic()
     backend = make_backend(args.backend)
-    suites = {name: make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
-              for name in args.suites.split(",")}  # fmt: skip
+    suites = {
+        name: make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
+        for name in args.suites.split(",")
+    }
     tasks = [task for suite_tasks in suites.values() for task in suite_tasks]
     best_known = BestKnown(backend, model, args.search_budget, args.seed)
     milp_log: dict[str, MilpResult] = {}
     planners = make_planners(model, placer, best_known, args.milp_seconds, milp_log)
     dataset = fresh_dataset(args)
-    evaluation = evaluate(tasks, planners, backend, dataset, args.rounds, "compare_planners",
-                          seed=args.seed, declines=(DreamshardError,))  # fmt: skip
-    measurements = {"screening and search": sum(s["screened"] + s["measured"]
-                                                for s in best_known.log.values()),
-                    "interleaved rounds": len(dataset)}  # fmt: skip
+    evaluation = evaluate(
+        tasks,
+        planners,
+        backend,
+        dataset,
+        args.rounds,
+        "compare_planners",
+        seed=args.seed,
+        declines=(DreamshardError,),
+    )
+    measurements = {
+        "screening and search": sum(s["screened"] + s["measured"] for s in best_known.log.values()),
+        "interleaved rounds": len(dataset),
+    }
     dataset.close()
     searching = float(evaluation.plan_seconds[:, -1].sum())
     planning = float(evaluation.plan_seconds.sum()) - searching
-    seconds = {"model": trained - began, "rnn": ready - trained, "planning": planning,
-               "best known search": searching,
-               "interleaved rounds": time.monotonic() - ready - planning - searching}  # fmt: skip
+    seconds = {
+        "model": trained - began,
+        "rnn": ready - trained,
+        "planning": planning,
+        "best known search": searching,
+        "interleaved rounds": time.monotonic() - ready - planning - searching,
+    }
     notes = {"model": model_note, "rnn": rnn_note, "backend": str(backend.config())}
-    return Run(evaluation, suites, model.metadata.get("suite", ""), notes, best_known.log,
-               milp_log, seconds, measurements)  # fmt: skip
+    return Run(
+        evaluation,
+        suites,
+        model.metadata.get("suite", ""),
+        notes,
+        best_known.log,
+        milp_log,
+        seconds,
+        measurements,
+    )
 
 
 def fresh_dataset(args: argparse.Namespace) -> CostDataset:
@@ -490,28 +593,33 @@ def render(run: Run, args: argparse.Namespace, command: str) -> tuple[str, dict]
         sections.append(text)
     phases = ", ".join(f"{k} {v / 60:.1f}" for k, v in run.seconds.items())
     counts = ", ".join(f"{k} {v}" for k, v in run.measurements.items())
-    report = "\n\n".join([
-        f"# Planners compared on measured cost ({time.strftime('%Y-%m-%d')})",
-        f"Host: {hardware()}; {versions()}; torchrec {torchrec_version()}. Backend "
-        f"{args.backend}: {run.notes['backend']}.",
-        f"Model: {run.notes['model']}. RNN: {run.notes['rnn']}. {args.tasks} held-out test "
-        f"task(s) per suite, {args.rounds} interleaved rounds over all {len(evaluation.tasks)} "
-        f"tasks and {len(evaluation.planners)} planners in one run; best known search budget "
-        f"{args.search_budget} measurements per task; MILP time limit {args.milp_seconds:g} s. "
-        f"Measurements: {counts}. Minutes: {phases}. Command: `{command}`.",
-        "Ratios paired within rounds: per task the geometric mean over rounds of cost / "
-        "reference, then the geometric mean over tasks (min-max over tasks; [k/n] where a planner "
-        "placed only k of n tasks). (a) the strongest fixed heuristic of the suite (best mean "
-        "cost), (b) the per-task best heuristic, (c) the best known placement of the task "
-        "(lowest mean cost in these rounds: the measured search's result, or a planner's "
-        "placement where that was cheaper). 'plan s': planning time per task (best_known's "
-        "includes its screening and search measurements). Below 1 is better than the reference.",
-        headline(evaluation, views),
-        *sections,
-        declines_section(evaluation),
-        milp_section(evaluation, run.milp_log),
-        search_section(evaluation, run.search_log),
-    ])  # fmt: skip
+    report = "\n\n".join(
+        [
+            f"# Planners compared on measured cost ({time.strftime('%Y-%m-%d')})",
+            f"Host: {hardware()}; {versions()}; torchrec {torchrec_version()}. Backend "
+            f"{args.backend}: {run.notes['backend']}.",
+            f"Model: {run.notes['model']}. RNN: {run.notes['rnn']}. {args.tasks} held-out test "
+            f"task(s) per suite, {args.rounds} interleaved rounds over all {len(evaluation.tasks)} "
+            f"tasks and {len(evaluation.planners)} planners in one run; best known search budget "
+            f"{args.search_budget} measurements per task; MILP time limit {args.milp_seconds:g} s. "
+            f"Measurements: {counts}. Minutes: {phases}. Command: `{command}`.",
+            (
+                "Ratios paired within rounds: per task the geometric mean over rounds of cost /"
+                " reference, then the geometric mean over tasks (min-max over tasks; [k/n] "
+                "where a planner placed only k of n tasks). (a) the strongest fixed heuristic "
+                "of the suite (best mean cost), (b) the per-task best heuristic, (c) the best "
+                "known placement of the task (lowest mean cost in these rounds: the measured "
+                "search's result, or a planner's placement where that was cheaper). 'plan s': "
+                "planning time per task (best_known's includes its screening and search "
+                "measurements). Below 1 is better than the reference."
+            ),
+            headline(evaluation, views),
+            *sections,
+            declines_section(evaluation),
+            milp_section(evaluation, run.milp_log),
+            search_section(evaluation, run.search_log),
+        ]
+    )
     return report, summaries
 
 
@@ -530,15 +638,26 @@ def main(argv: list[str] | None = None) -> str:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, report + "\n")
-    write_raw(run.evaluation, out, {
-        "suites": {name: [t.name for t in tasks] for name, tasks in run.suites.items()},
-        "summary_by_suite": summaries, "best_known_search": run.search_log,
-        "milp": {name: {k: v for k, v in vars(r).items() if k != "placement"}
-                 for name, r in run.milp_log.items()},
-        "settings": vars(args), "command": command, "notes": run.notes,
-        "hardware": hardware(), "versions": versions() | {"torchrec": torchrec_version()},
-        "measurements": run.measurements, "seconds": run.seconds,
-    })  # fmt: skip
+    write_raw(
+        run.evaluation,
+        out,
+        {
+            "suites": {name: [t.name for t in tasks] for name, tasks in run.suites.items()},
+            "summary_by_suite": summaries,
+            "best_known_search": run.search_log,
+            "milp": {
+                name: {k: v for k, v in vars(r).items() if k != "placement"}
+                for name, r in run.milp_log.items()
+            },
+            "settings": vars(args),
+            "command": command,
+            "notes": run.notes,
+            "hardware": hardware(),
+            "versions": versions() | {"torchrec": torchrec_version()},
+            "measurements": run.measurements,
+            "seconds": run.seconds,
+        },
+    )
     print(report, flush=True)
     print(f"wrote {out} (+ .json, .csv)", flush=True)
     return report

@@ -53,16 +53,29 @@ def main() -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         out = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
-             "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--worker"],
-            capture_output=True, text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-        ).stdout  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nproc_per_node={procs}",
+                "--master_addr=127.0.0.1",
+                f"--master_port={port}",
+                __file__,
+                "--worker",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+        ).stdout
         for line in out.split("\n"):
             if line.strip():
                 world, sent, ms = line.split()
                 points.append((int(world), int(sent), float(ms)))
-                print(f"{world} processes: {int(sent) / 1e6:8.3f} MB sent per process "
-                      f"in {float(ms):8.3f} ms")  # fmt: skip
+                print(
+                    f"{world} processes: {int(sent) / 1e6:8.3f} MB sent per process "
+                    f"in {float(ms):8.3f} ms"
+                )
     # ms = latency * (peers) + bytes / bandwidth
     a = np.array([[w - 1, s / 1e9 * 1000] for w, s, _ in points])
     y = np.array([ms for *_, ms in points])

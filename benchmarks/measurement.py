@@ -37,8 +37,15 @@ def overhead(backend, items) -> tuple[str, float]:
         wall = (time.perf_counter() - start) * 1000
         walls.append(wall)
         kernels.append(cost.info["kernel_ms"])
-        rows.append([task.name, placement.method, wall, cost.info["kernel_ms"],
-                     f"{1 - cost.info['kernel_ms'] / wall:.0%}"])  # fmt: skip
+        rows.append(
+            [
+                task.name,
+                placement.method,
+                wall,
+                cost.info["kernel_ms"],
+                f"{1 - cost.info['kernel_ms'] / wall:.0%}",
+            ]
+        )
     share = 1 - sum(kernels) / sum(walls)
     table = format_table(["task", "planner", "wall ms", "in timed kernels ms", "overhead"], rows)
     return table + f"\n\noverall overhead: {share:.1%} of wall time (target < 30%)", share
@@ -49,10 +56,15 @@ def repeatability(backend, items, rounds: int) -> tuple[str, float]:
     reference = costs.mean(axis=1)  # each round's mean over placements
     ratios = paired_ratios(costs, reference)
     rows = [
-        [task.name, p.method, float(costs[:, i].mean()), f"{cv(costs[:, i]):.1%}",
-         f"{cv(ratios[:, i]):.1%}"]
+        [
+            task.name,
+            p.method,
+            float(costs[:, i].mean()),
+            f"{cv(costs[:, i]):.1%}",
+            f"{cv(ratios[:, i]):.1%}",
+        ]
         for i, (task, p) in enumerate(items)
-    ]  # fmt: skip
+    ]
     median_cv = float(np.median(cv(costs)))
     table = format_table(["task", "planner", "mean ms", "cv of cost", "cv of paired ratio"], rows)
     return (
@@ -65,8 +77,10 @@ def repeatability(backend, items, rounds: int) -> tuple[str, float]:
 def fusion(timing) -> str:
     rows = []
     pool = generate_tables("cpu", 400, seed=7)
-    for label, pick in (("small (< 5k rows)", lambda t: t.rows < 5000),
-                        ("large (> 50k rows)", lambda t: t.rows > 50_000)):  # fmt: skip
+    for label, pick in (
+        ("small (< 5k rows)", lambda t: t.rows < 5000),
+        ("large (> 50k rows)", lambda t: t.rows > 50_000),
+    ):
         chosen = [t for t in pool if pick(t) and t.pooling_factor > 2][:24]
         ratios = []
         for g in range(3):
@@ -95,8 +109,15 @@ def simulated_error(backend, items) -> tuple[str, float]:
             measured, predicted = r.fwd_comp + r.bwd_comp, s.fwd_comp + s.bwd_comp
             if measured > 0:
                 errors.append(abs(predicted / measured - 1))
-        rows.append([task.name, placement.method, real.overall, sim.overall,
-                     f"{sim.overall / real.overall - 1:+.1%}"])  # fmt: skip
+        rows.append(
+            [
+                task.name,
+                placement.method,
+                real.overall,
+                sim.overall,
+                f"{sim.overall / real.overall - 1:+.1%}",
+            ]
+        )
     median = float(np.median(errors))
     table = format_table(["task", "planner", "measured ms", "simulated ms", "error"], rows)
     return table + (
@@ -118,20 +139,30 @@ def main() -> None:
     ]
     backend = FbgemmBackend()
     backend.measure(*items[0])  # load fbgemm and fill the trace cache outside every figure
-    sections = [f"# Measurement quality ({time.strftime('%Y-%m-%d')})",
-                f"Host: {hardware()}; versions: {versions()}; suite {args.suite}, fbgemm "
-                f"in process, {backend.timing.iterations} timed iterations after "
-                f"{backend.timing.warmup} warm-up."]  # fmt: skip
+    sections = [
+        f"# Measurement quality ({time.strftime('%Y-%m-%d')})",
+        f"Host: {hardware()}; versions: {versions()}; suite {args.suite}, fbgemm "
+        f"in process, {backend.timing.iterations} timed iterations after "
+        f"{backend.timing.warmup} warm-up.",
+    ]
     for title, run in (
-        ("Overhead: wall time per placement vs time inside timed kernels",
-         lambda: overhead(backend, items)[0]),
-        ("Repeatability: each placement measured in interleaved rounds",
-         lambda: repeatability(backend, items[:4], args.rounds)[0]),
-        ("Fusion on this CPU: one fused kernel vs its tables' kernels, timed interleaved",
-         lambda: fusion(backend.timing)),
-        ("Simulated backend vs fresh real measurements",
-         lambda: simulated_error(backend, items)[0]),
-    ):  # fmt: skip
+        (
+            "Overhead: wall time per placement vs time inside timed kernels",
+            lambda: overhead(backend, items)[0],
+        ),
+        (
+            "Repeatability: each placement measured in interleaved rounds",
+            lambda: repeatability(backend, items[:4], args.rounds)[0],
+        ),
+        (
+            "Fusion on this CPU: one fused kernel vs its tables' kernels, timed interleaved",
+            lambda: fusion(backend.timing),
+        ),
+        (
+            "Simulated backend vs fresh real measurements",
+            lambda: simulated_error(backend, items)[0],
+        ),
+    ):
         print(f"\n## {title}", flush=True)
         text = run()
         print(text, flush=True)

@@ -57,8 +57,12 @@ def suite_table(costs: np.ndarray) -> tuple[list[list], dict]:
     best_known = [int(np.argmin(mean[t])) for t in range(len(mean))]
 
     def ratio(j, reference):  # per task: geometric mean over rounds of paired ratios
-        return np.array([geometric_mean(costs[:, t, j] / costs[:, t, reference[t]])
-                         for t in range(costs.shape[1])])  # fmt: skip
+        return np.array(
+            [
+                geometric_mean(costs[:, t, j] / costs[:, t, reference[t]])
+                for t in range(costs.shape[1])
+            ]
+        )
 
     rows, headline = [], {}
     for j, name in enumerate(PLANNERS):
@@ -76,8 +80,10 @@ def cost_model_accuracy(model, items, breakdowns) -> str:
     from dreamshard.planners.dreamshard_planner import predicted_overall
 
     rows = []
-    for label, keep in (("all placements", lambda p: True),
-                        ("the policy's own", lambda p: p.startswith("dreamshard"))):  # fmt: skip
+    for label, keep in (
+        ("all placements", lambda p: True),
+        ("the policy's own", lambda p: p.startswith("dreamshard")),
+    ):
         pred, true, device_err = [], [], {k: [] for k in ("fwd_comp", "bwd_comm", "bwd_comp")}
         for i, (task, placement, planner) in enumerate(items):
             if not keep(planner):
@@ -93,10 +99,27 @@ def cost_model_accuracy(model, items, breakdowns) -> str:
                         device_err[term].append(abs(per_device[d, k] / value - 1))
         rho = stats.spearmanr(pred, true).statistic
         mape = np.mean(np.abs(np.array(pred) / np.array(true) - 1))
-        rows.append([label, len(pred), f"{mape:.1%}", f"{rho:.3f}",
-                     *(f"{np.mean(v):.1%}" for v in device_err.values())])  # fmt: skip
-    return format_table(["placements", "n", "overall MAPE", "overall Spearman",
-                         "fwd_comp MAPE", "bwd_comm MAPE", "bwd_comp MAPE"], rows)  # fmt: skip
+        rows.append(
+            [
+                label,
+                len(pred),
+                f"{mape:.1%}",
+                f"{rho:.3f}",
+                *(f"{np.mean(v):.1%}" for v in device_err.values()),
+            ]
+        )
+    return format_table(
+        [
+            "placements",
+            "n",
+            "overall MAPE",
+            "overall Spearman",
+            "fwd_comp MAPE",
+            "bwd_comm MAPE",
+            "bwd_comp MAPE",
+        ],
+        rows,
+    )
 
 
 def planning_speed(model, samples: int) -> str:
@@ -104,9 +127,11 @@ def planning_speed(model, samples: int) -> str:
     sizes = [t.bytes() for t in tables]
     task = PlacementTask(tuple(tables), 128, int(max(max(sizes), 1.3 * sum(sizes) / 128)))
     rows = []
-    for label, method, k in (("size_lookup heuristic", "size_lookup", 0),
-                             ("dreamshard greedy", "dreamshard", 0),
-                             (f"dreamshard best of {samples}", "dreamshard", samples)):  # fmt: skip
+    for label, method, k in (
+        ("size_lookup heuristic", "size_lookup", 0),
+        ("dreamshard greedy", "dreamshard", 0),
+        (f"dreamshard best of {samples}", "dreamshard", samples),
+    ):
         start = time.perf_counter()
         place(task, method, model=model, samples=k)
         rows.append([label, time.perf_counter() - start])
@@ -138,8 +163,9 @@ def main() -> None:
         breakdowns[i].append(cost)
         progress.step(items[i][0].name)
 
-    costs = measure_interleaved(backend, [(t, p) for t, p, _ in items], args.rounds, seed=3,
-                                on_measure=seen)  # fmt: skip
+    costs = measure_interleaved(
+        backend, [(t, p) for t, p, _ in items], args.rounds, seed=3, on_measure=seen
+    )
     progress.close()
     costs = costs.reshape(args.rounds, len(suites), args.tasks, len(PLANNERS))
     sections = [
@@ -155,19 +181,32 @@ def main() -> None:
     for s, name in enumerate(suites):
         rows, headline = suite_table(costs[:, s])
         headlines[name] = headline
-        table = format_table(["planner", "mean ms", "(a) vs strongest", "(b) vs per-task best",
-                              "(c) vs best known"], rows)  # fmt: skip
+        table = format_table(
+            ["planner", "mean ms", "(a) vs strongest", "(b) vs per-task best", "(c) vs best known"],
+            rows,
+        )
         zero_shot = "" if name == model.metadata.get("suite") else " (zero-shot)"
-        sections.append(f"## {name}{zero_shot}: strongest fixed heuristic "
-                        f"{headline['strongest']}\n\n```\n{table}\n```")  # fmt: skip
+        sections.append(
+            f"## {name}{zero_shot}: strongest fixed heuristic "
+            f"{headline['strongest']}\n\n```\n{table}\n```"
+        )
         print(sections[-1], flush=True)
     plan_rows = [[p, float(np.mean(v))] for p, v in plan_ms.items()]
-    sections.append("## Planning time per task (ms)\n\n```\n"
-                    + format_table(["planner", "ms"], plan_rows) + "\n```")  # fmt: skip
-    sections.append("## Cost network on these fresh measurements\n\n```\n"
-                    + cost_model_accuracy(model, items, breakdowns) + "\n```")  # fmt: skip
-    sections.append("## Planning speed at data-set scale\n\n```\n"
-                    + planning_speed(model, args.samples) + "\n```")  # fmt: skip
+    sections.append(
+        "## Planning time per task (ms)\n\n```\n"
+        + format_table(["planner", "ms"], plan_rows)
+        + "\n```"
+    )
+    sections.append(
+        "## Cost network on these fresh measurements\n\n```\n"
+        + cost_model_accuracy(model, items, breakdowns)
+        + "\n```"
+    )
+    sections.append(
+        "## Planning speed at data-set scale\n\n```\n"
+        + planning_speed(model, args.samples)
+        + "\n```"
+    )
     for text in sections[-3:]:
         print(text, flush=True)
     write_text_atomic(RESULTS, "\n\n".join(sections) + "\n")

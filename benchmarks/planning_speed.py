@@ -47,9 +47,18 @@ def small_model(out: str):
     from dreamshard.learn.train import train
     from dreamshard.learn.train_config import TrainConfig
 
-    config = TrainConfig(suite="cpu-50x4", backend="simulated", out=out, iterations=1,
-                         placements_per_iteration=2, costnet_steps=20, policy_updates=1,
-                         episodes=2, warm_start=4, train_tasks=4)  # fmt: skip
+    config = TrainConfig(
+        suite="cpu-50x4",
+        backend="simulated",
+        out=out,
+        iterations=1,
+        placements_per_iteration=2,
+        costnet_steps=20,
+        policy_updates=1,
+        episodes=2,
+        warm_start=4,
+        train_tasks=4,
+    )
     return train(config, log=lambda line: None)
 
 
@@ -82,9 +91,13 @@ def main() -> None:
     parser.add_argument("--model", help="trained model file (default: train a small one)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="table pool seed (default 0)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1); dreamshard places on one thread "
-                        "whatever this says, so it matters to TorchRec's planner only")  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1); dreamshard places on one thread "
+        "whatever this says, so it matters to TorchRec's planner only",
+    )
     args = parser.parse_args()
     import torch
 
@@ -110,8 +123,9 @@ def main() -> None:
         import_seconds = time.perf_counter() - start
 
         def ours(samples):
-            return lambda: check_legal(task, place(task, "dreamshard", model=model,
-                                                   samples=samples))  # fmt: skip
+            return lambda: check_legal(
+                task, place(task, "dreamshard", model=model, samples=samples)
+            )
 
         def theirs(reserve):
             return lambda: check_legal(task, torchrec_place(task, reserve=reserve))
@@ -146,20 +160,27 @@ def report(task, results, source, import_seconds, repeats, note) -> str:
     for label, seconds in zip(("greedy", "best of 8"), ours):
         fast = reference is not None and reference / seconds >= TARGET_RATIO
         verdicts.append(f"{label}: {'meets' if fast and seconds < TARGET_SECONDS else 'misses'}")
-    return "\n\n".join([
-        f"# Planning speed at data-set scale ({time.strftime('%Y-%m-%d')})",
-        f"Host: {hardware()}; {versions()}; {torchrec_versions()}. "
-        f"Task: {len(task.tables)} `dlrm` tables on {task.num_devices} devices, cap "
-        f"{task.memory_cap_bytes / 2**30:.2f} GiB each (the larger of {SLACK}x the even share "
-        "and 1.02x the largest table), fp16. "
-        f"Model: {source}. Median wall time of {repeats} runs after one untimed run, in "
-        f"process ({note}; TorchRec's import, {import_seconds:.1f} s, not counted). "
-        "Speed-up: TorchRec's time with the same caps divided by the planner's.",
-        "```\n" + format_table(["planner", "seconds", "speed-up vs torchrec"], rows) + "\n```",
-        f"Target (issue 7): at least {TARGET_RATIO:g}x faster than TorchRec and under "
-        f"{TARGET_SECONDS:g} s. " + "; ".join(verdicts) + ".",
-        *(["Rejections:\n\n" + "\n".join(notes)] if notes else []),
-    ]) + "\n"  # fmt: skip
+    return (
+        "\n\n".join(
+            [
+                f"# Planning speed at data-set scale ({time.strftime('%Y-%m-%d')})",
+                f"Host: {hardware()}; {versions()}; {torchrec_versions()}. "
+                f"Task: {len(task.tables)} `dlrm` tables on {task.num_devices} devices, cap "
+                f"{task.memory_cap_bytes / 2**30:.2f} GiB each (the larger of {SLACK}x the even "
+                "share and 1.02x the largest table), fp16. "
+                f"Model: {source}. Median wall time of {repeats} runs after one untimed run, in "
+                f"process ({note}; TorchRec's import, {import_seconds:.1f} s, not counted). "
+                "Speed-up: TorchRec's time with the same caps divided by the planner's.",
+                "```\n"
+                + format_table(["planner", "seconds", "speed-up vs torchrec"], rows)
+                + "\n```",
+                f"Target (issue 7): at least {TARGET_RATIO:g}x faster than TorchRec and under "
+                f"{TARGET_SECONDS:g} s. " + "; ".join(verdicts) + ".",
+                *(["Rejections:\n\n" + "\n".join(notes)] if notes else []),
+            ]
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,25 @@ from dreamshard.tables.table import NUM_BINS
 
 DATASET_UNIQUE = [0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001, 0.001]
 DATASET_UNIQUE += [0.0] * (NUM_BINS - len(DATASET_UNIQUE))
-DATASET_ACCESS = [0.069, 0.044, 0.068, 0.101, 0.121, 0.104, 0.073, 0.058, 0.052, 0.050, 0.049,
-                  0.048, 0.048, 0.043, 0.031, 0.023, 0.019]  # fmt: skip
+DATASET_ACCESS = [
+    0.069,
+    0.044,
+    0.068,
+    0.101,
+    0.121,
+    0.104,
+    0.073,
+    0.058,
+    0.052,
+    0.050,
+    0.049,
+    0.048,
+    0.048,
+    0.043,
+    0.031,
+    0.023,
+    0.019,
+]
 BIN_LABELS = ["1"] + [f"({2 ** (j - 1)},{2**j}]" for j in range(1, NUM_BINS - 1)] + [">32768"]
 
 
@@ -43,10 +60,15 @@ def main() -> None:
         for j, label in enumerate(BIN_LABELS)
     ]
     print(f"{args.tables} {args.profile} tables (seed {args.seed}), batch {profile.batch_size}")
-    print(format_table(["accesses", "unique: data set", "synthetic", "accesses: data set",
-                        "synthetic"], rows))  # fmt: skip
-    print(f"L1 distance: unique rows {np.abs(unique - DATASET_UNIQUE).sum():.3f}, "
-          f"accesses {np.abs(access - DATASET_ACCESS).sum():.3f}")  # fmt: skip
+    print(
+        format_table(
+            ["accesses", "unique: data set", "synthetic", "accesses: data set", "synthetic"], rows
+        )
+    )
+    print(
+        f"L1 distance: unique rows {np.abs(unique - DATASET_UNIQUE).sum():.3f}, "
+        f"accesses {np.abs(access - DATASET_ACCESS).sum():.3f}"
+    )
     print(f"mean pooling factor: data set 15.8, synthetic {np.mean(pooling):.1f}")
     print(f"mean accesses per unique row: data set 6.9, synthetic {per_row:.1f}")
 

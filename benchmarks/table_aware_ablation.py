@@ -36,8 +36,10 @@ def main() -> None:
     args = parser.parse_args()
     backend = SimulatedBackend()
     tasks = {s: make_suite(parse_suite_name(s, 1, args.tasks)).test_tasks for s in SUITES}
-    best = {s: [min(backend.measure(t, place(t, k)).overall for k in HEURISTIC_KEYS)
-                for t in ts] for s, ts in tasks.items()}  # fmt: skip
+    best = {
+        s: [min(backend.measure(t, place(t, k)).overall for k in HEURISTIC_KEYS) for t in ts]
+        for s, ts in tasks.items()
+    }
     rows = []
     variants = (
         ("paper (no table features)", {}),
@@ -57,11 +59,13 @@ def main() -> None:
         rows.append([label, *(f"{np.mean(ratios[s]):.3f}" for s in SUITES)])
         print(rows[-1], flush=True)
     table = format_table(["policy", *(f"{s} vs per-task best heuristic" for s in SUITES)], rows)
-    text = (f"# Table-aware policy ablation ({time.strftime('%Y-%m-%d')})\n\n"
-            f"Simulated backend (calibrated on this host); trained on cpu-50x4 with the default "
-            f"settings, seeds {args.seeds}; greedy placements (no best-of-k) on {args.tasks} "
-            f"held-out tasks per suite; mean ratio to the per-task best heuristic (lower is "
-            f"better).\n\n```\n{table}\n```\n")  # fmt: skip
+    text = (
+        f"# Table-aware policy ablation ({time.strftime('%Y-%m-%d')})\n\n"
+        f"Simulated backend (calibrated on this host); trained on cpu-50x4 with the default "
+        f"settings, seeds {args.seeds}; greedy placements (no best-of-k) on {args.tasks} "
+        f"held-out tasks per suite; mean ratio to the per-task best heuristic (lower is "
+        f"better).\n\n```\n{table}\n```\n"
+    )
     write_text_atomic(RESULTS, text)
     print(text)
 

@@ -67,8 +67,10 @@ def tables_figure(tables: pd.DataFrame, num_devices: int, cap_mib: float) -> go.
     )
     used = tables.groupby("device")["memory_mib"].sum().reindex(range(num_devices), fill_value=0)
     # each device's use under its name (labels above the bars collide with the cap line)
-    ticks = [f"{label}<br>{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)"
-             for label, mib in zip(labels, used)]  # fmt: skip
+    ticks = [
+        f"{label}<br>{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)"
+        for label, mib in zip(labels, used)
+    ]
     fig.add_hline(y=cap_mib, line={"dash": "dash", "color": "firebrick"})
     fig.add_trace(
         go.Scatter(

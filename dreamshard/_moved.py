@@ -61,8 +61,11 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; the old path goes in dreamshard 0.3",
-                      DeprecationWarning, stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old path goes in dreamshard 0.3",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module) -> None:

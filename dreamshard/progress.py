@@ -26,8 +26,12 @@ class Progress:
             f"{self.label} [{self.done}/{self.total}] {self.done / self.total:4.0%} "
             f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}"
         )
-        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            ("\r" + line.ljust(100)) if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.tty:

@@ -127,8 +127,12 @@ class PlacementModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None):
         params = {**DEFAULT_PARAMS, **(params or {})}
-        task = PlacementTask(tables_from_frame(model_input), int(params["num_devices"]),
-                             int(params["memory_cap_bytes"]), str(params["precision"]))  # fmt: skip
+        task = PlacementTask(
+            tables_from_frame(model_input),
+            int(params["num_devices"]),
+            int(params["memory_cap_bytes"]),
+            str(params["precision"]),
+        )
         if self.kind == "policy":
             placement = dreamshard_place(task, self.model, int(params["samples"]))
             return pd.DataFrame({"name": model_input["name"], "device": placement.devices})
@@ -144,8 +148,14 @@ DEFAULT_PARAMS = {"num_devices": 4, "memory_cap_bytes": 2**30, "precision": "fp1
 
 
 def _example(kind: str) -> pd.DataFrame:
-    frame = pd.DataFrame({"name": ["t0", "t1"], "rows": [100000, 5000], "dim": [64, 16],
-                          "pooling_factor": [12.0, 1.0]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "name": ["t0", "t1"],
+            "rows": [100000, 5000],
+            "dim": [64, 16],
+            "pooling_factor": [12.0, 1.0],
+        }
+    )
     if kind == "costnet":
         frame["device"] = [0, 1]
     return frame

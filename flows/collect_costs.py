@@ -26,8 +26,13 @@ def collect_costs(
     measures only what is missing.
     """
     dataset = str(work_dir(suite, out) / "costs.sqlite")
-    params = {"suite": suite, "backend": backend, "placements": placements, "mix": mix,
-              "dataset": dataset}  # fmt: skip
+    params = {
+        "suite": suite,
+        "backend": backend,
+        "placements": placements,
+        "mix": mix,
+        "dataset": dataset,
+    }
     with mlflow_run("collect-costs", suite, params, parent_run_id):
         spec = parse_suite_name(suite, num_test_tasks=1)
         jobs = list(collection_jobs(make_suite(spec), placements, mix))
@@ -39,9 +44,16 @@ def collect_costs(
             else:
                 counts["failed"] += 1
         mlflow.log_metrics({f"placements_{k}": v for k, v in counts.items()})
-        print(f"collect-costs {suite}: {counts['measured']} measured, {counts['stored']} "
-              f"already stored, {counts['failed']} failed after retries")  # fmt: skip
-        publish(f"collect-costs-{suite}", f"Cost collection, {suite} on {backend}",
-                markdown_table(["placements", "measured now", "already stored", "failed"],
-                               [[len(jobs), *counts.values()]]))  # fmt: skip
+        print(
+            f"collect-costs {suite}: {counts['measured']} measured, {counts['stored']} "
+            f"already stored, {counts['failed']} failed after retries"
+        )
+        publish(
+            f"collect-costs-{suite}",
+            f"Cost collection, {suite} on {backend}",
+            markdown_table(
+                ["placements", "measured now", "already stored", "failed"],
+                [[len(jobs), *counts.values()]],
+            ),
+        )
     return {"dataset": dataset, **counts}

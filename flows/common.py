@@ -39,8 +39,9 @@ def mlflow_run(
     connect()
     use_experiment(suite)
     tags = {**run_tags(), "suite": suite, "flow": name}
-    with mlflow.start_run(run_name=name, nested=parent_run_id is not None,
-                          parent_run_id=parent_run_id, tags=tags) as run:  # fmt: skip
+    with mlflow.start_run(
+        run_name=name, nested=parent_run_id is not None, parent_run_id=parent_run_id, tags=tags
+    ) as run:
         mlflow.log_params(params)
         yield run
 

@@ -41,11 +41,16 @@ def predictions(evaluation: Evaluation, model) -> list[dict]:
         for j, planner in enumerate(evaluation.planners):
             placement = evaluation.placements[t][j]
             devices, overall = model.costnet.predict_ms(task, placement)
-            rows.append({"task": task.name, "planner": planner,
-                         "predicted_overall_ms": overall,
-                         "measured_overall_ms": float(evaluation.costs[:, t, j].mean()),
-                         "predicted_devices_ms": devices.tolist(),
-                         "measured_devices_ms": evaluation.breakdowns[t][j]})  # fmt: skip
+            rows.append(
+                {
+                    "task": task.name,
+                    "planner": planner,
+                    "predicted_overall_ms": overall,
+                    "measured_overall_ms": float(evaluation.costs[:, t, j].mean()),
+                    "predicted_devices_ms": devices.tolist(),
+                    "measured_devices_ms": evaluation.breakdowns[t][j],
+                }
+            )
     return rows
 
 
@@ -54,11 +59,19 @@ def ratio_figure(evaluation: Evaluation):
     import plotly.express as px
 
     ratios = evaluation.ratios_to(evaluation.per_task_best_heuristic())
-    rows = [{"planner": p, "task": task.name, "ratio": float(ratios[t, j])}
-            for t, task in enumerate(evaluation.tasks)
-            for j, p in enumerate(evaluation.planners)]  # fmt: skip
-    figure = px.box(rows, x="planner", y="ratio", points="all", hover_data=["task"],
-                    title="measured cost / per-task best heuristic (lower is better)")  # fmt: skip
+    rows = [
+        {"planner": p, "task": task.name, "ratio": float(ratios[t, j])}
+        for t, task in enumerate(evaluation.tasks)
+        for j, p in enumerate(evaluation.planners)
+    ]
+    figure = px.box(
+        rows,
+        x="planner",
+        y="ratio",
+        points="all",
+        hover_data=["task"],
+        title="measured cost / per-task best heuristic (lower is better)",
+    )
     figure.add_hline(y=1.0, line_dash="dot")
     return figure
 
@@ -82,10 +95,18 @@ def evaluate_models(
     folder = work_dir(suite, out)
     dataset = str(folder / "costs.sqlite")
     if candidate is None:
-        candidate = {"policy": alias_version(POLICY_MODEL, CANDIDATE),
-                     "costnet": alias_version(COSTNET_MODEL, CANDIDATE)}  # fmt: skip
-    params = {"suite": suite, "backend": backend, "tasks": tasks, "rounds": rounds,
-              "samples": samples, "candidate_version": candidate["policy"]}  # fmt: skip
+        candidate = {
+            "policy": alias_version(POLICY_MODEL, CANDIDATE),
+            "costnet": alias_version(COSTNET_MODEL, CANDIDATE),
+        }
+    params = {
+        "suite": suite,
+        "backend": backend,
+        "tasks": tasks,
+        "rounds": rounds,
+        "samples": samples,
+        "candidate_version": candidate["policy"],
+    }
     with mlflow_run("evaluate", suite, params, parent_run_id):
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
@@ -100,16 +121,28 @@ def evaluate_models(
         def measure(job: Job):
             return measure_job(job, backend, dataset, suite)[0]
 
-        evaluation = evaluate(test_tasks, planners, backend_for(backend), CostDataset(dataset),
-                              rounds, suite, measure=measure)  # fmt: skip
-        promote = "champion" not in planners or evaluation.paired_ratio(
-            "candidate", "champion") < 1.0  # fmt: skip
+        evaluation = evaluate(
+            test_tasks,
+            planners,
+            backend_for(backend),
+            CostDataset(dataset),
+            rounds,
+            suite,
+            measure=measure,
+        )
+        promote = (
+            "champion" not in planners or evaluation.paired_ratio("candidate", "champion") < 1.0
+        )
         alias = CHAMPION if promote else CANDIDATE
         summary = evaluation.summary_rows()
         mine = next(r for r in summary if r["planner"] == "candidate")
-        figures = {"eval.suite": suite, "eval.tasks": len(test_tasks), "eval.backend": backend,
-                   "eval.vs_strongest_heuristic": f"{mine['vs_strongest_heuristic']:.4f}",
-                   "eval.vs_best_heuristic": f"{mine['vs_best_heuristic']:.4f}"}  # fmt: skip
+        figures = {
+            "eval.suite": suite,
+            "eval.tasks": len(test_tasks),
+            "eval.backend": backend,
+            "eval.vs_strongest_heuristic": f"{mine['vs_strongest_heuristic']:.4f}",
+            "eval.vs_best_heuristic": f"{mine['vs_best_heuristic']:.4f}",
+        }
         for name in (POLICY_MODEL, COSTNET_MODEL):
             kind = "policy" if name == POLICY_MODEL else "costnet"
             set_alias(name, alias, candidate[kind])
@@ -117,16 +150,32 @@ def evaluate_models(
         for row in summary:
             for key in ("vs_strongest_heuristic", "vs_best_heuristic", "mean_cost_ms"):
                 mlflow.log_metric(f"{row['planner']}.{key}", row[key])
-        mlflow.set_tags({"strongest_heuristic": evaluation.strongest_heuristic(),
-                         "promoted": str(promote), "alias": alias})  # fmt: skip
+        mlflow.set_tags(
+            {
+                "strongest_heuristic": evaluation.strongest_heuristic(),
+                "promoted": str(promote),
+                "alias": alias,
+            }
+        )
         mlflow.log_dict(evaluation.to_dict(), "evaluation.json")
         mlflow.log_figure(ratio_figure(evaluation), "ratios.html")
         mlflow.log_dict({"rows": predictions(evaluation, candidate_model)}, "predictions.json")
         header, rows = summary_table(evaluation)
         table = markdown_table(header, rows)
-        verdict = (f"candidate version {candidate['policy']} is now **{alias}**"
-                   + (f" (champion was version {champion})" if champion else ""))  # fmt: skip
-        publish(f"evaluate-{suite}", f"Evaluation on {len(test_tasks)} held-out {suite} tasks, "
-                f"{rounds} interleaved rounds, {backend}", f"{table}\n\n{verdict}")  # fmt: skip
-    return {"summary": summary, "alias": alias, "promoted": promote, "champion_before": champion,
-            "candidate": candidate, "table": (header, rows)}  # fmt: skip
+        verdict = f"candidate version {candidate['policy']} is now **{alias}**" + (
+            f" (champion was version {champion})" if champion else ""
+        )
+        publish(
+            f"evaluate-{suite}",
+            f"Evaluation on {len(test_tasks)} held-out {suite} tasks, "
+            f"{rounds} interleaved rounds, {backend}",
+            f"{table}\n\n{verdict}",
+        )
+    return {
+        "summary": summary,
+        "alias": alias,
+        "promoted": promote,
+        "champion_before": champion,
+        "candidate": candidate,
+        "table": (header, rows),
+    }

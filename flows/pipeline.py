@@ -43,11 +43,22 @@ def pipeline(
         parent = run.info.run_id
         collect_costs(suite, backend, warm_start, out=out, parent_run_id=parent)
         costnet = train_cost_model(suite, backend, costnet_steps, seed, out, parent_run_id=parent)
-        versions = train_policy(suite, backend, iterations, placements_per_iteration,
-                                costnet_steps, policy_updates, episodes, init_model=costnet,
-                                seed=seed, out=out, parent_run_id=parent)  # fmt: skip
-        result = evaluate_models(suite, backend, versions, eval_tasks, rounds, out=out,
-                                 parent_run_id=parent)  # fmt: skip
+        versions = train_policy(
+            suite,
+            backend,
+            iterations,
+            placements_per_iteration,
+            costnet_steps,
+            policy_updates,
+            episodes,
+            init_model=costnet,
+            seed=seed,
+            out=out,
+            parent_run_id=parent,
+        )
+        result = evaluate_models(
+            suite, backend, versions, eval_tasks, rounds, out=out, parent_run_id=parent
+        )
     return {**result, "run_id": parent, "work_dir": str(work_dir(suite, out))}
 
 
@@ -62,8 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, default in zip(names, defaults):
         kind = type(default) if default is not None else str
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=default,
-                            help=f"default {default}")  # fmt: skip
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=kind,
+            default=default,
+            help=f"default {default}",
+        )
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
@@ -75,15 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     header, rows = result["table"]
     print()
     print(format_table(header, rows))
-    print(f"\ncandidate model version {result['candidate']['policy']} is now "
-          f"{result['alias']}; pipeline took {time.monotonic() - start:.0f} s "
-          f"(files in {result['work_dir']})")  # fmt: skip
-    print("Costs: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per step, "
-          "measured; ratios are paired within interleaved rounds.")
+    print(
+        f"\ncandidate model version {result['candidate']['policy']} is now "
+        f"{result['alias']}; pipeline took {time.monotonic() - start:.0f} s "
+        f"(files in {result['work_dir']})"
+    )
+    print(
+        "Costs: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per step, "
+        "measured; ratios are paired within interleaved rounds."
+    )
     print("\nLook at the runs:   make mlflow-ui   (http://127.0.0.1:5000)")
     print("Open the dashboard: make dashboard   (http://127.0.0.1:8501)")
-    print("Place with the champion: .venv/bin/dreamshard place --tables TABLES --devices 4 "
-          "--mem-gb 1 --method dreamshard --model models:/dreamshard-policy@champion")
+    print(
+        "Place with the champion: .venv/bin/dreamshard place --tables TABLES --devices 4 "
+        "--mem-gb 1 --method dreamshard --model models:/dreamshard-policy@champion"
+    )
     return 0
 
 

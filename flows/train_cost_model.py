@@ -29,10 +29,21 @@ def train_cost_model(
 ) -> str:
     """Fit a fresh cost network (80% of the measurements; the latest 20% scored); its file."""
     folder = work_dir(suite, out)
-    config = TrainConfig(suite=suite, backend=backend, out=str(folder), costnet_steps=steps,
-                         seed=seed, dataset=str(folder / "costs.sqlite"))  # fmt: skip
-    params = {"suite": suite, "backend": backend, "steps": steps, "seed": seed,
-              "dataset": config.dataset}  # fmt: skip
+    config = TrainConfig(
+        suite=suite,
+        backend=backend,
+        out=str(folder),
+        costnet_steps=steps,
+        seed=seed,
+        dataset=str(folder / "costs.sqlite"),
+    )
+    params = {
+        "suite": suite,
+        "backend": backend,
+        "steps": steps,
+        "seed": seed,
+        "dataset": config.dataset,
+    }
     with mlflow_run("train-cost-model", suite, params, parent_run_id):
         model, losses, errors = fit(config)
         for step, loss in enumerate(losses):
@@ -42,6 +53,9 @@ def train_cost_model(
         path = folder / "costnet.pt"
         save_model(model, path)
         mlflow.log_artifact(str(path))
-        publish(f"train-cost-model-{suite}", f"Cost network on {suite}, held-out errors",
-                markdown_table(["metric", "value"], [[k, v] for k, v in errors.items()]))
+        publish(
+            f"train-cost-model-{suite}",
+            f"Cost network on {suite}, held-out errors",
+            markdown_table(["metric", "value"], [[k, v] for k, v in errors.items()]),
+        )
     return str(path)

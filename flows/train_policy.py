@@ -35,13 +35,14 @@ def history_figure(history: list[dict]):
     """Per iteration: the policy's mean reward and the cost network's last loss."""
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(rows=1, cols=2, subplot_titles=("policy reward (ms, higher is "
-                           "better)", "cost-net loss"))  # fmt: skip
+    figure = make_subplots(
+        rows=1, cols=2, subplot_titles=("policy reward (ms, higher is better)", "cost-net loss")
+    )
     steps = [h["iteration"] for h in history]
-    figure.add_scatter(x=steps, y=[h["policy_reward"] for h in history], row=1, col=1,
-                       name="reward")  # fmt: skip
-    figure.add_scatter(x=steps, y=[h["costnet_loss"] for h in history], row=1, col=2,
-                       name="loss")  # fmt: skip
+    figure.add_scatter(
+        x=steps, y=[h["policy_reward"] for h in history], row=1, col=1, name="reward"
+    )
+    figure.add_scatter(x=steps, y=[h["costnet_loss"] for h in history], row=1, col=2, name="loss")
     figure.update_xaxes(title_text="iteration")
     return figure
 
@@ -71,14 +72,23 @@ def train_policy(
     if fixed_costnet:
         placements_per_iteration, costnet_steps, warm_start = 0, 0, 0
     config = TrainConfig(
-        suite=suite, backend=backend, out=str(folder / "policy"), iterations=iterations,
-        placements_per_iteration=placements_per_iteration, costnet_steps=costnet_steps,
-        policy_updates=policy_updates, episodes=episodes, warm_start=warm_start, seed=seed,
-        dataset=str(folder / "costs.sqlite"), init_model=init_model,
-    )  # fmt: skip
+        suite=suite,
+        backend=backend,
+        out=str(folder / "policy"),
+        iterations=iterations,
+        placements_per_iteration=placements_per_iteration,
+        costnet_steps=costnet_steps,
+        policy_updates=policy_updates,
+        episodes=episodes,
+        warm_start=warm_start,
+        seed=seed,
+        dataset=str(folder / "costs.sqlite"),
+        init_model=init_model,
+    )
     params = {k: v for k, v in vars(config).items() if k != "measure_iterations"}
-    with mlflow_run("train-policy", suite, {**params, "fixed_costnet": fixed_costnet},
-                    parent_run_id) as run:  # fmt: skip
+    with mlflow_run(
+        "train-policy", suite, {**params, "fixed_costnet": fixed_costnet}, parent_run_id
+    ) as run:
         history = run_training(config)
         model_path = folder / "policy" / "model.pt"
         mlflow.log_dict({"history": history}, "history.json")
@@ -87,10 +97,15 @@ def train_policy(
         version = log_registered_model(model_path, POLICY_MODEL, "policy", tags)
         costnet_version = log_registered_model(model_path, COSTNET_MODEL, "costnet", tags)
         mlflow.set_tag("registered_version", version)
-        rows = [[h["iteration"], h["dataset_size"], h["costnet_loss"], h["policy_reward"]]
-                for h in history]  # fmt: skip
-        publish(f"train-policy-{suite}", f"DreamShard training on {suite}: registered version "
-                f"{version} of {POLICY_MODEL}",
-                markdown_table(["iteration", "measurements", "cost-net loss",
-                                "policy reward ms"], rows))  # fmt: skip
+        rows = [
+            [h["iteration"], h["dataset_size"], h["costnet_loss"], h["policy_reward"]]
+            for h in history
+        ]
+        publish(
+            f"train-policy-{suite}",
+            f"DreamShard training on {suite}: registered version {version} of {POLICY_MODEL}",
+            markdown_table(
+                ["iteration", "measurements", "cost-net loss", "policy reward ms"], rows
+            ),
+        )
     return {"policy": version, "costnet": costnet_version}

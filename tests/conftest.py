@@ -31,10 +31,28 @@ def table(name: str, rows: int = 1000, dim: int = 16, pooling: float = 2.0) -> T
 
 
 # The tiny real pipeline run whose MLflow store the dashboard tests read (about a minute).
-TINY_PIPELINE = ("--suite", "cpu-12x2", "--backend", "simulated", "--warm-start", "10",
-                 "--iterations", "2", "--placements-per-iteration", "3", "--costnet-steps", "40",
-                 "--policy-updates", "3", "--episodes", "4", "--eval-tasks", "2",
-                 "--rounds", "2")  # fmt: skip
+TINY_PIPELINE = (
+    "--suite",
+    "cpu-12x2",
+    "--backend",
+    "simulated",
+    "--warm-start",
+    "10",
+    "--iterations",
+    "2",
+    "--placements-per-iteration",
+    "3",
+    "--costnet-steps",
+    "40",
+    "--policy-updates",
+    "3",
+    "--episodes",
+    "4",
+    "--eval-tasks",
+    "2",
+    "--rounds",
+    "2",
+)
 
 
 @pytest.fixture(scope="session")
@@ -47,13 +65,21 @@ def pipeline_home(tmp_path_factory) -> Path:
     import os
 
     home = tmp_path_factory.mktemp("pipeline-home")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MLFLOW_", "PREFECT_"))}  # fmt: skip
-    env.update(DREAMSHARD_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true")
-    done = subprocess.run([sys.executable, "-m", "flows.pipeline", *TINY_PIPELINE],
-                          capture_output=True, text=True, env=env, timeout=600,
-                          cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_"))}
+    env.update(
+        DREAMSHARD_HOME=str(home),
+        PREFECT_HOME=str(home / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        MLFLOW_DISABLE_TELEMETRY="true",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.pipeline", *TINY_PIPELINE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, f"the tiny pipeline failed:\n{done.stderr[-3000:]}"
     return home
 

@@ -23,9 +23,16 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 START_TIMEOUT_S = 90
 RENDER_TIMEOUT_S = 90
 EXCEPTION = '[data-testid="stException"]'
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--window-size=1600,1300")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1600,1300",
+)
 
 
 @pytest.fixture
@@ -36,12 +43,26 @@ def server(pipeline_home, tmp_path):
     env["DREAMSHARD_HOME"] = str(pipeline_home)
     log = (tmp_path / "streamlit.log").open("w")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "streamlit"), "run", str(ROOT / "dashboard" / "app.py"),
-         "--server.address", "127.0.0.1", "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--client.toolbarMode", "viewer"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "streamlit"),
+            "run",
+            str(ROOT / "dashboard" / "app.py"),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--client.toolbarMode",
+            "viewer",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{url}/_stcore/health", START_TIMEOUT_S, process)
@@ -60,8 +81,10 @@ def server(pipeline_home, tmp_path):
 def browser(tmp_path):
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run `make browser` (installs Debian's "
-                    "chromium and chromium-driver) before the browser test")  # fmt: skip
+        pytest.fail(
+            f"{', '.join(missing)} missing: run `make browser` (installs Debian's "
+            "chromium and chromium-driver) before the browser test"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -93,8 +116,9 @@ def screenshot(driver, url: str, charts: int, name: str) -> Path:
         WebDriverWait(driver, RENDER_TIMEOUT_S).until(drawn_or_failed)
     except TimeoutException:
         driver.save_screenshot(str(path))
-        raise AssertionError(f"{url}: {charts} chart(s) not drawn in {RENDER_TIMEOUT_S} s; "
-                             f"see {path}") from None  # fmt: skip
+        raise AssertionError(
+            f"{url}: {charts} chart(s) not drawn in {RENDER_TIMEOUT_S} s; see {path}"
+        ) from None
     errors = driver.find_elements(By.CSS_SELECTOR, EXCEPTION)
     assert not errors, f"{url} shows an exception: {errors[0].text}"
     time.sleep(1.5)  # let the last chart finish its layout before the picture

@@ -96,8 +96,19 @@ def test_suite_make_and_show(cli, tmp_path):
 
 @pytest.mark.parametrize("backend", ["fbgemm", "simulated"])
 def test_demo_measures_every_planner(cli, backend):
-    result = cli("demo", "--suite", "cpu-20x2", "--tasks", "2", "--rounds", "1",
-                 "--iterations", "2", "--backend", backend)  # fmt: skip
+    result = cli(
+        "demo",
+        "--suite",
+        "cpu-20x2",
+        "--tasks",
+        "2",
+        "--rounds",
+        "1",
+        "--iterations",
+        "2",
+        "--backend",
+        backend,
+    )
     assert result.returncode == 0, result.stderr
     for method in ("random", "dim", "size", "lookup", "size_lookup"):
         assert method in result.stdout

@@ -8,11 +8,26 @@ import pytest
 @pytest.fixture
 def plan(cli, tmp_path):
     tables = tmp_path / "tables.json"
-    assert cli("tables", "generate", "--profile", "cpu", "--num-tables", "8", "--out",
-               str(tables)).returncode == 0  # fmt: skip
+    assert (
+        cli(
+            "tables", "generate", "--profile", "cpu", "--num-tables", "8", "--out", str(tables)
+        ).returncode
+        == 0
+    )
     plan = tmp_path / "plan.json"
-    result = cli("place", "--tables", str(tables), "--devices", "2", "--mem-gb", "4",
-                 "--precision", "fp32", "--out", str(plan))  # fmt: skip
+    result = cli(
+        "place",
+        "--tables",
+        str(tables),
+        "--devices",
+        "2",
+        "--mem-gb",
+        "4",
+        "--precision",
+        "fp32",
+        "--out",
+        str(plan),
+    )
     assert result.returncode == 0, result.stderr
     return tables, plan
 
@@ -23,13 +38,22 @@ def test_measure_prints_the_breakdown(cli, plan):
     assert result.returncode == 0, result.stderr
     for word in ("fwd_comp", "fwd_comm", "bwd_comm", "bwd_comp", "overall cost", "fbgemm"):
         assert word in result.stdout
-    as_json = cli("measure", "--tables", str(tables), "--plan", str(plan_path), "--json",
-                  "--backend", "simulated")  # fmt: skip
+    as_json = cli(
+        "measure",
+        "--tables",
+        str(tables),
+        "--plan",
+        str(plan_path),
+        "--json",
+        "--backend",
+        "simulated",
+    )
     data = json.loads(as_json.stdout)
     assert data["backend"] == "simulated" and len(data["devices"]) == 2
     assert data["overall"] == pytest.approx(max(d["total"] for d in data["devices"]))
-    simulated = cli("measure", "--tables", str(tables), "--plan", str(plan_path),
-                    "--backend", "simulated")  # fmt: skip
+    simulated = cli(
+        "measure", "--tables", str(tables), "--plan", str(plan_path), "--backend", "simulated"
+    )
     assert "simulated: an analytic model" in simulated.stdout
 
 
@@ -55,8 +79,19 @@ def test_bad_plans_are_refused_before_measuring(cli, plan, edit, words):
 
 def test_collect_then_calibrate(cli, tmp_path):
     dataset = tmp_path / "costs.sqlite"
-    result = cli("collect", "--suite", "cpu-12x2", "--placements", "10", "--train-tasks", "5",
-                 "--iterations", "2", "--dataset", str(dataset))  # fmt: skip
+    result = cli(
+        "collect",
+        "--suite",
+        "cpu-12x2",
+        "--placements",
+        "10",
+        "--train-tasks",
+        "5",
+        "--iterations",
+        "2",
+        "--dataset",
+        str(dataset),
+    )
     assert result.returncode == 0, result.stderr
     assert "10 measured" in result.stdout
     assert "ETA" in result.stderr  # progress on long work

@@ -16,8 +16,20 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, is_legal
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "compare_planners.py"
-PLANNERS = ["random", "dim", "size", "lookup", "size_lookup", "torchrec", "torchrec (no reserve)",
-            "rnn", "dreamshard", "dreamshard_search", "milp", "best_known"]  # fmt: skip
+PLANNERS = [
+    "random",
+    "dim",
+    "size",
+    "lookup",
+    "size_lookup",
+    "torchrec",
+    "torchrec (no reserve)",
+    "rnn",
+    "dreamshard",
+    "dreamshard_search",
+    "milp",
+    "best_known",
+]
 SUITES = ["cpu-12x2"]  # the model (so the RNN) is trained on cpu-16x3: the RNN declines these
 
 
@@ -44,11 +56,28 @@ def test_the_report_has_every_planner_and_every_placement_is_legal(tmp_path, mon
     config = small_config(tmp_path, iterations=1, costnet_steps=20, policy_updates=2)
     save_model(train(config, log=lambda *_: None), model_path)  # structure, not quality
     out = tmp_path / "results" / "planners.md"
-    report = load_script().main([
-        "--model", str(model_path), "--backend", "simulated", "--suites", ",".join(SUITES),
-        "--tasks", "1", "--rounds", "2", "--search-budget", "3", "--rnn-updates", "5",
-        "--milp-seconds", "5", "--out", str(out),
-    ])  # fmt: skip
+    report = load_script().main(
+        [
+            "--model",
+            str(model_path),
+            "--backend",
+            "simulated",
+            "--suites",
+            ",".join(SUITES),
+            "--tasks",
+            "1",
+            "--rounds",
+            "2",
+            "--search-budget",
+            "3",
+            "--rnn-updates",
+            "5",
+            "--milp-seconds",
+            "5",
+            "--out",
+            str(out),
+        ]
+    )
 
     assert out.read_text() == report + "\n"
     for planner in PLANNERS:  # one row per suite table, a planner's name first
@@ -62,8 +91,16 @@ def test_the_report_has_every_planner_and_every_placement_is_legal(tmp_path, mon
     for record in data["tasks"]:
         task, results = tasks[record["name"]], record["results"]
         assert results["rnn"]["declined"] == "n/a: trained for 3 devices"
-        for planner in ("random", "dim", "size", "lookup", "size_lookup", "dreamshard",
-                        "dreamshard_search", "best_known"):  # fmt: skip
+        for planner in (
+            "random",
+            "dim",
+            "size",
+            "lookup",
+            "size_lookup",
+            "dreamshard",
+            "dreamshard_search",
+            "best_known",
+        ):
             assert "placement" in results[planner], planner
         for planner, result in results.items():
             if "declined" in result:

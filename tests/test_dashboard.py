@@ -70,8 +70,13 @@ def test_runs_page_lists_every_flow_and_opens_a_run(store_env):
     at = open_page("runs")
     assert_clean(at)
     table = at.dataframe[0].value
-    assert set(table["flow"]) == {"pipeline", "collect-costs", "train-cost-model", "train-policy",
-                                  "evaluate"}  # fmt: skip
+    assert set(table["flow"]) == {
+        "pipeline",
+        "collect-costs",
+        "train-cost-model",
+        "train-policy",
+        "evaluate",
+    }
     assert (table["status"] == "FINISHED").all()
     assert at.metric[2].value == "v1"  # the champion policy
     evaluate_id = table.loc[table["flow"] == "evaluate", "run id"].iloc[0]
@@ -87,9 +92,12 @@ def test_placement_explorer_shows_tables_costs_and_memory(store_env):
     assert titles(at) == ["Tables per device (height = memory)", "Measured cost per device"]
     tables, costs = figures(at)
     assert len(values(tables["data"][0]["x"])) == 12  # a segment per table of the task
-    assert [t["name"] for t in costs["data"]] == ["forward compute", "forward all-to-all",
-                                                   "backward all-to-all",
-                                                   "backward compute + update"]  # fmt: skip
+    assert [t["name"] for t in costs["data"]] == [
+        "forward compute",
+        "forward all-to-all",
+        "backward all-to-all",
+        "backward compute + update",
+    ]
     assert len(at.dataframe[0].value) == 12
     at.radio(key="placement_planner").set_value("size").run()
     at.selectbox(key="placement_task").set_value("cpu-12x2/test/1").run()
@@ -132,8 +140,7 @@ def test_place_tables_page_places_a_suite_task_and_offers_the_plan(store_env):
     at = open_page("place_tables")
     assert_clean(at)
     assert at.selectbox(key="place_planner").value == "models:/dreamshard-policy@champion"
-    assert titles(at) == ["Tables per device (height = memory)",
-                          "Predicted cost per device"]  # fmt: skip
+    assert titles(at) == ["Tables per device (height = memory)", "Predicted cost per device"]
     assert len(at.get("download_button")) == 1
     at.selectbox(key="place_planner").set_value("size_lookup").run()
     assert_clean(at)
@@ -209,8 +216,10 @@ def test_ratios_put_each_tasks_best_heuristic_at_one(pipeline_home):
 def test_cost_figure_marks_the_slowest_device():
     from dashboard.plots import cost_figure
 
-    devices = [{"fwd_comp": 1.0, "fwd_comm": 2.0, "bwd_comm": 1.0, "bwd_comp": 3.0},
-               {"fwd_comp": 2.0, "fwd_comm": 1.0, "bwd_comm": 1.0, "bwd_comp": 1.0}]  # fmt: skip
+    devices = [
+        {"fwd_comp": 1.0, "fwd_comm": 2.0, "bwd_comm": 1.0, "bwd_comp": 3.0},
+        {"fwd_comp": 2.0, "fwd_comm": 1.0, "bwd_comm": 1.0, "bwd_comp": 1.0},
+    ]
     fig = cost_figure(devices, "costs")
     assert len(fig.data) == 4
     assert fig.layout.shapes[0].y0 == 7.0

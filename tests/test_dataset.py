@@ -61,8 +61,20 @@ def test_failed_measurements_become_error_records_and_are_retried_later(suite, t
 
 def test_killed_collector_resumes_without_duplicates(tmp_path):
     path = tmp_path / "costs.sqlite"
-    command = [str(SCRIPT), "collect", "--suite", "cpu-12x2", "--placements", "8",
-               "--train-tasks", "4", "--iterations", "2", "--dataset", str(path)]  # fmt: skip
+    command = [
+        str(SCRIPT),
+        "collect",
+        "--suite",
+        "cpu-12x2",
+        "--placements",
+        "8",
+        "--train-tasks",
+        "4",
+        "--iterations",
+        "2",
+        "--dataset",
+        str(path),
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     stored = 0

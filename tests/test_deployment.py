@@ -35,9 +35,13 @@ def stop(process: subprocess.Popen, signals=(signal.SIGINT, signal.SIGINT)) -> N
 @pytest.fixture
 def server(tmp_path):
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DREAMSHARD_HOME": str(tmp_path / "ds"),
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DREAMSHARD_HOME": str(tmp_path / "ds"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+    }
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115
     command = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
@@ -51,8 +55,9 @@ def server(tmp_path):
 
 
 def prefect(env: dict, *args: str) -> str:
-    done = subprocess.run([PREFECT, *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [PREFECT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -62,22 +67,45 @@ def test_deploy_from_prefect_yaml_and_run_on_a_worker(server, tmp_path):
     prefect(env, "work-pool", "create", "train-cpu", "--type", "process")
     prefect(env, "--no-prompt", "deploy", "--name", "train-cost-model")
     worker_log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
-    worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "train-cpu"], env=env,
-                              cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT)  # fmt: skip
+    worker = subprocess.Popen(
+        [PREFECT, "worker", "start", "--pool", "train-cpu"],
+        env=env,
+        cwd=ROOT,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         # the cost model needs measurements: collect a few in-process first (no server needed)
-        subprocess.run([sys.executable, "-c", "from dreamshard.costs.backends import make_backend\n"
-                        "from dreamshard.costs.collect import collect, collection_jobs\n"
-                        "from dreamshard.costs.dataset import CostDataset\n"
-                        "from dreamshard.placement.suites import make_suite, parse_suite_name\n"
-                        "from flows.common import work_dir\n"
-                        "suite = make_suite(parse_suite_name('cpu-10x2', num_test_tasks=1))\n"
-                        "collect(list(collection_jobs(suite, 12)), make_backend('simulated'),"
-                        " CostDataset(work_dir('cpu-10x2') / 'costs.sqlite'))"],
-                       env=env, cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from dreamshard.costs.backends import make_backend\n"
+                "from dreamshard.costs.collect import collect, collection_jobs\n"
+                "from dreamshard.costs.dataset import CostDataset\n"
+                "from dreamshard.placement.suites import make_suite, parse_suite_name\n"
+                "from flows.common import work_dir\n"
+                "suite = make_suite(parse_suite_name('cpu-10x2', num_test_tasks=1))\n"
+                "collect(list(collection_jobs(suite, 12)), make_backend('simulated'),"
+                " CostDataset(work_dir('cpu-10x2') / 'costs.sqlite'))",
+            ],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         parameters = json.dumps({"suite": "cpu-10x2", "backend": "simulated", "steps": 20})
-        out = prefect(env, "deployment", "run", "train-cost-model/train-cost-model",
-                      "--params", parameters, "--watch", "--watch-timeout", "240")  # fmt: skip
+        out = prefect(
+            env,
+            "deployment",
+            "run",
+            "train-cost-model/train-cost-model",
+            "--params",
+            parameters,
+            "--watch",
+            "--watch-timeout",
+            "240",
+        )
         assert "Completed" in out, out
     finally:
         stop(worker)

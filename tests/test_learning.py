@@ -23,8 +23,15 @@ MiB = 2**20
 
 
 def small_config(tmp_path, **changes):
-    values = dict(suite="cpu-16x3", backend="simulated", out=str(tmp_path / "run"),
-                  iterations=3, train_tasks=6, costnet_steps=60, warm_start=12)  # fmt: skip
+    values = dict(
+        suite="cpu-16x3",
+        backend="simulated",
+        out=str(tmp_path / "run"),
+        iterations=3,
+        train_tasks=6,
+        costnet_steps=60,
+        warm_start=12,
+    )
     return TrainConfig(**(values | changes))
 
 
@@ -47,7 +54,7 @@ tasks = st.builds(
             "fp32",
         ),
         seed,
-    ),  # fmt: skip
+    ),
     st.lists(st.integers(1, 60), min_size=1, max_size=25),
     st.lists(st.sampled_from([4, 16, 64]), min_size=3, max_size=3),
     st.integers(1, 6),
@@ -141,6 +148,16 @@ def test_bad_model_files_are_refused(trained, tmp_path, cli):
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\n")
     for args in (["--model", str(corrupt)], [], ["--model", str(tmp_path / "missing.pt")]):
-        result = cli("place", "--tables", str(spec), "--devices", "2", "--mem-gb", "1",
-                     "--method", "dreamshard", *args)  # fmt: skip
+        result = cli(
+            "place",
+            "--tables",
+            str(spec),
+            "--devices",
+            "2",
+            "--mem-gb",
+            "1",
+            "--method",
+            "dreamshard",
+            *args,
+        )
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

@@ -14,9 +14,18 @@ import pytest
 
 from tests.conftest import run_cli
 
-TINY = dict(suite="cpu-12x2", backend="simulated", warm_start=10, iterations=2,
-            placements_per_iteration=3, costnet_steps=40, policy_updates=3, episodes=4,
-            eval_tasks=2, rounds=2)  # fmt: skip
+TINY = dict(
+    suite="cpu-12x2",
+    backend="simulated",
+    warm_start=10,
+    iterations=2,
+    placements_per_iteration=3,
+    costnet_steps=40,
+    policy_updates=3,
+    episodes=4,
+    eval_tasks=2,
+    rounds=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +60,9 @@ def first_run(harness):
 
 def dataset_keys(path: Path, status: str = "ok") -> list[str]:
     with sqlite3.connect(path) as db:
-        return [r[0] for r in db.execute("SELECT key FROM measurements WHERE status = ?",
-                                         (status,))]  # fmt: skip
+        return [
+            r[0] for r in db.execute("SELECT key FROM measurements WHERE status = ?", (status,))
+        ]
 
 
 def stored_so_far(path: Path) -> int:
@@ -73,8 +83,13 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
     experiment = client.get_experiment_by_name("dreamshard-cpu-12x2")
     runs = client.search_runs([experiment.experiment_id])
     by_flow = {r.data.tags["flow"]: r for r in runs}
-    assert set(by_flow) == {"pipeline", "collect-costs", "train-cost-model", "train-policy",
-                            "evaluate"}  # fmt: skip
+    assert set(by_flow) == {
+        "pipeline",
+        "collect-costs",
+        "train-cost-model",
+        "train-policy",
+        "evaluate",
+    }
     parent = by_flow["pipeline"].info.run_id
     for name, run in by_flow.items():
         assert run.info.status == "FINISHED"
@@ -95,12 +110,28 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
 
 def test_the_champion_places_tables_from_the_registry(first_run, home, tmp_path):
     tables = tmp_path / "tables.json"
-    assert run_cli("tables", "generate", "--profile", "cpu", "--num-tables", "12", "--out",
-                   str(tables)).returncode == 0  # fmt: skip
+    assert (
+        run_cli(
+            "tables", "generate", "--profile", "cpu", "--num-tables", "12", "--out", str(tables)
+        ).returncode
+        == 0
+    )
     plan = tmp_path / "plan.json"
-    done = run_cli("place", "--tables", str(tables), "--devices", "2", "--mem-gb", "1",
-                   "--method", "dreamshard", "--model", "models:/dreamshard-policy@champion",
-                   "--out", str(plan))  # fmt: skip
+    done = run_cli(
+        "place",
+        "--tables",
+        str(tables),
+        "--devices",
+        "2",
+        "--mem-gb",
+        "1",
+        "--method",
+        "dreamshard",
+        "--model",
+        "models:/dreamshard-policy@champion",
+        "--out",
+        str(plan),
+    )
     assert done.returncode == 0, done.stderr
     assert '"method": "dreamshard"' in plan.read_text()
 
@@ -165,13 +196,20 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
     from flows.collect_costs import collect_costs
 
     dataset = tmp_path / "costs.sqlite"
-    program = ("from flows.collect_costs import collect_costs; "
-               f"collect_costs('cpu-12x2', 'fbgemm', 40, out={str(tmp_path)!r})")  # fmt: skip
+    program = (
+        "from flows.collect_costs import collect_costs; "
+        f"collect_costs('cpu-12x2', 'fbgemm', 40, out={str(tmp_path)!r})"
+    )
     env = {**os.environ, "DREAMSHARD_HOME": str(tmp_path / "home")}
     # its own session, so that killing it also kills its ephemeral Prefect server
-    child = subprocess.Popen([sys.executable, "-c", program], env=env, cwd=Path.cwd(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=Path.cwd(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and child.poll() is None:
@@ -193,8 +231,18 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
 def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
     tables = tmp_path / "tables.json"
     cli("tables", "generate", "--profile", "cpu", "--num-tables", "6", "--out", str(tables))
-    place = ["place", "--tables", str(tables), "--devices", "2", "--mem-gb", "1", "--method",
-             "dreamshard", "--model"]  # fmt: skip
+    place = [
+        "place",
+        "--tables",
+        str(tables),
+        "--devices",
+        "2",
+        "--mem-gb",
+        "1",
+        "--method",
+        "dreamshard",
+        "--model",
+    ]
     env_home = {"DREAMSHARD_HOME": str(tmp_path / "home")}
     cases = [
         ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, "models:/dreamshard-policy@champion"),
@@ -205,13 +253,17 @@ def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
     # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: earlier tests' stores must not leak
     clean = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     for env, uri in cases:
-        done = subprocess.run([script, *place, uri], capture_output=True, text=True,
-                              env={**clean, **env})  # fmt: skip
+        done = subprocess.run(
+            [script, *place, uri], capture_output=True, text=True, env={**clean, **env}
+        )
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    done = subprocess.run([sys.executable, "-m", "flows.pipeline"], capture_output=True,
-                          text=True, env={**os.environ, "MLFLOW_TRACKING_URI":
-                                          "http://127.0.0.1:9"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.pipeline"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot be used" in lines[0]

@@ -99,13 +99,33 @@ def test_rnn_files_round_trip_and_refuse_other_device_counts(model, placer, tmp_
     with pytest.raises(DreamshardError, match="not an RNN placer file"):
         load_rnn(model_path)
     trained = tmp_path / "cli-rnn.pt"
-    result = cli("train-rnn", "--model", str(model_path), "--suite", "cpu-16x4", "--out",
-                 str(trained), "--updates", "2", "--train-tasks", "2")  # fmt: skip
+    result = cli(
+        "train-rnn",
+        "--model",
+        str(model_path),
+        "--suite",
+        "cpu-16x4",
+        "--out",
+        str(trained),
+        "--updates",
+        "2",
+        "--train-tasks",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\nc,500,8,1\n")
-    place_args = ("place", "--tables", str(spec), "--mem-gb", "1", "--method", "rnn",
-                  "--model", str(trained))  # fmt: skip
+    place_args = (
+        "place",
+        "--tables",
+        str(spec),
+        "--mem-gb",
+        "1",
+        "--method",
+        "rnn",
+        "--model",
+        str(trained),
+    )
     refused = cli(*place_args, "--devices", "8")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "trained for 4 devices" in refused.stderr

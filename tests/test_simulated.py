@@ -46,8 +46,9 @@ def test_overflowing_the_cache_costs_more_than_its_lookups():
 def test_calibration_fits_real_measurements(tmp_path):
     suite = make_suite(parse_suite_name("cpu-16x2", num_train_tasks=6, num_test_tasks=1))
     dataset = CostDataset(tmp_path / "costs.sqlite")
-    collect(list(collection_jobs(suite, 12)), FbgemmBackend(timing=TimingConfig(iterations=3)),
-            dataset)  # fmt: skip
+    collect(
+        list(collection_jobs(suite, 12)), FbgemmBackend(timing=TimingConfig(iterations=3)), dataset
+    )
     model = calibrate(dataset)
     assert model.fit["records"] == len(dataset) >= 10  # planners may propose a placement twice
     assert model.fit["groups"] >= 2 * model.fit["records"] - 2

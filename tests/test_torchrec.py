@@ -120,8 +120,17 @@ def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
     out = tmp_path / "plan.json"
     # 0.02 GiB a device: room for our planners, not once TorchRec keeps its reservation back
     args = ["place", "--tables", str(spec), "--devices", "3", "--mem-gb", "0.02"]
-    done = cli(*args, "--method", "lookup", "--out", str(out), "--format", "torchrec",
-               "--module-path", "sparse_arch.embedding_bag_collection")  # fmt: skip
+    done = cli(
+        *args,
+        "--method",
+        "lookup",
+        "--out",
+        str(out),
+        "--format",
+        "torchrec",
+        "--module-path",
+        "sparse_arch.embedding_bag_collection",
+    )
     assert done.returncode == 0, done.stderr
     data = read_torchrec_plan(out)
     tables = data["plan"]["sparse_arch.embedding_bag_collection"]

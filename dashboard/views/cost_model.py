@@ -57,16 +57,25 @@ held_out = store.flow_runs(uri, "train-cost-model")
 if not held_out.empty:
     st.subheader("Held-out errors when fitting (train-cost-model runs)")
     rows = [
-        {"suite": r.suite, "run id": r.run_id[:8], "head": head,
-         "MAE ms": r.metrics.get(f"heldout_{head}_mae_ms"),
-         "MAPE %": 100 * r.metrics[f"heldout_{head}_mape"]}
+        {
+            "suite": r.suite,
+            "run id": r.run_id[:8],
+            "head": head,
+            "MAE ms": r.metrics.get(f"heldout_{head}_mae_ms"),
+            "MAPE %": 100 * r.metrics[f"heldout_{head}_mape"],
+        }
         for r in held_out.itertuples()
         for head in ("overall", *DEVICE_TERMS)
         if f"heldout_{head}_mape" in r.metrics
-    ]  # fmt: skip
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
-                 column_config={c: st.column_config.NumberColumn(format="%.2f")
-                                for c in ("MAE ms", "MAPE %")})  # fmt: skip
+    ]
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            c: st.column_config.NumberColumn(format="%.2f") for c in ("MAE ms", "MAPE %")
+        },
+    )
     st.caption(
         "The fit's own check: trained on the first 80% of the measurements, scored on the "
         "latest 20%."

@@ -25,9 +25,12 @@ def positive(kind):
 
 def table_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
-    parser.add_argument("--dim", type=int, default=16,
-                        help="data-set files only: embedding dim for every table "
-                        "(default 16; 0 draws from 4..128)")  # fmt: skip
+    parser.add_argument(
+        "--dim",
+        type=int,
+        default=16,
+        help="data-set files only: embedding dim for every table (default 16; 0 draws from 4..128)",
+    )
 
 
 def _table_ids(text: str | None) -> list[int] | None:

@@ -30,11 +30,13 @@ def format_cost(cost: PlacementCost, config: dict) -> str:
         else f"measured with fbgemm on {where}"
     )
     comm = cost.comm + (f" ({cost.info['topology']} topology)" if cost.comm == "modeled" else "")
-    return "\n".join([
-        format_table(["device", *COST_TERMS, "total ms", "cv"], rows),
-        f"overall cost: {cost.overall:.3f} ms (device {slowest}, the slowest)",
-        f"backend: {source}; communication {comm}; batch {cost.info.get('batch')}",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            format_table(["device", *COST_TERMS, "total ms", "cv"], rows),
+            f"overall cost: {cost.overall:.3f} ms (device {slowest}, the slowest)",
+            f"backend: {source}; communication {comm}; batch {cost.info.get('batch')}",
+        ]
+    )
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
@@ -43,18 +45,31 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
     plan = read_plan(args.plan)
     tables = load_table_source(args)
-    task = PlacementTask(tuple(tables), int(plan["num_devices"]), int(plan["memory_cap_bytes"]),
-                         plan.get("precision", "fp16"), str(args.plan))  # fmt: skip
+    task = PlacementTask(
+        tuple(tables),
+        int(plan["num_devices"]),
+        int(plan["memory_cap_bytes"]),
+        plan.get("precision", "fp16"),
+        str(args.plan),
+    )
     task.validate()
     placement = placement_from_plan(task, plan)
     backend = _backend(args)
     cost = backend.measure(task, placement)
     if args.json:
-        print(json.dumps({
-            "overall": cost.overall, "backend": cost.backend, "comm": cost.comm,
-            "devices": [asdict(d) | {"total": d.total} for d in cost.devices],
-            "config": backend.config(), **cost.info,
-        }, indent=1))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "overall": cost.overall,
+                    "backend": cost.backend,
+                    "comm": cost.comm,
+                    "devices": [asdict(d) | {"total": d.total} for d in cost.devices],
+                    "config": backend.config(),
+                    **cost.info,
+                },
+                indent=1,
+            )
+        )
     else:
         print(format_cost(cost, backend.config()))
 
@@ -95,17 +110,30 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=BACKENDS, default="fbgemm",
-                        help="fbgemm: real kernels on this host (default); simulated: the "
-                        "calibrated analytic model")  # fmt: skip
-    parser.add_argument("--iterations", type=positive(int),
-                        help="timed iterations per device (default 15)")  # fmt: skip
-    parser.add_argument("--launcher", choices=["inprocess", "torchrun"], default="inprocess",
-                        help="inprocess: devices timed in turn, communication modeled (default); "
-                        "torchrun: one process per device, all-to-all measured")  # fmt: skip
-    parser.add_argument("--topology", choices=["auto", *TOPOLOGIES], default="auto",
-                        help="communication model when it is not measured (default auto: "
-                        "cpu-gloo on the CPU, nvlink on GPUs)")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="fbgemm",
+        help="fbgemm: real kernels on this host (default); simulated: the "
+        "calibrated analytic model",
+    )
+    parser.add_argument(
+        "--iterations", type=positive(int), help="timed iterations per device (default 15)"
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=["inprocess", "torchrun"],
+        default="inprocess",
+        help="inprocess: devices timed in turn, communication modeled (default); "
+        "torchrun: one process per device, all-to-all measured",
+    )
+    parser.add_argument(
+        "--topology",
+        choices=["auto", *TOPOLOGIES],
+        default="auto",
+        help="communication model when it is not measured (default auto: "
+        "cpu-gloo on the CPU, nvlink on GPUs)",
+    )
 
 
 def add_cost_commands(sub) -> None:
@@ -117,12 +145,19 @@ def add_cost_commands(sub) -> None:
     table_source_options(measure)
     measure.set_defaults(func=cmd_measure)
 
-    coll = sub.add_parser("collect", help="measure placements of a suite's training tasks "
-                          "into the cost dataset (resumes where it stopped)")  # fmt: skip
+    coll = sub.add_parser(
+        "collect",
+        help="measure placements of a suite's training tasks "
+        "into the cost dataset (resumes where it stopped)",
+    )
     coll.add_argument("--suite", required=True, help="suite name, e.g. cpu-50x4")
     coll.add_argument("--placements", type=positive(int), required=True, help="how many placements")
-    coll.add_argument("--mix", choices=["mixed", "random", "heuristic"], default="mixed",
-                      help="which planners propose them (default mixed)")  # fmt: skip
+    coll.add_argument(
+        "--mix",
+        choices=["mixed", "random", "heuristic"],
+        default="mixed",
+        help="which planners propose them (default mixed)",
+    )
     coll.add_argument(
         "--train-tasks", type=positive(int), default=50, help="training tasks (default 50)"
     )

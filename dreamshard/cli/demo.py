@@ -27,14 +27,18 @@ def run_demo(suite_name: str, num_tasks: int, rounds: int, backend: CostBackend)
             items.append((task, place(task, method)))
             plan_ms[method].append((time.perf_counter() - start) * 1000)
     total = len(items) * rounds
-    print(f"measuring {len(items)} placements x {rounds} interleaved rounds on "
-          f"{backend.name}...", flush=True)  # fmt: skip
+    print(
+        f"measuring {len(items)} placements x {rounds} interleaved rounds on {backend.name}...",
+        flush=True,
+    )
 
     progress = Progress(total, "  measuring")
     costs = measure_interleaved(
-        backend, items, rounds,
+        backend,
+        items,
+        rounds,
         on_measure=lambda r, i, cost: progress.step(f"{items[i][0].name} {items[i][1].method}"),
-    )  # fmt: skip
+    )
     progress.close()
     # costs[round, task * len(methods) + method]
     costs = costs.reshape(rounds, num_tasks, len(methods))
@@ -45,11 +49,31 @@ def run_demo(suite_name: str, num_tasks: int, rounds: int, backend: CostBackend)
     rows = []
     for j, method in enumerate(methods):
         wins = int((winner == j).sum())
-        rows.append([method, float(costs[:, :, j].mean()), float(ratio[:, j].mean()),
-                     float(ratio[:, j].max()), wins, float(np.mean(plan_ms[method]))])  # fmt: skip
-    print(format_table(
-        ["planner", "mean cost ms", "vs best heuristic (mean)", "(worst)", "best on tasks",
-         "plan ms"], rows))  # fmt: skip
-    print(f"cost: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per training "
-          f"step, {backend.name} backend; ratios are to the best heuristic on each task, paired "
-          "within each round. Every placement is memory-legal.")  # fmt: skip
+        rows.append(
+            [
+                method,
+                float(costs[:, :, j].mean()),
+                float(ratio[:, j].mean()),
+                float(ratio[:, j].max()),
+                wins,
+                float(np.mean(plan_ms[method])),
+            ]
+        )
+    print(
+        format_table(
+            [
+                "planner",
+                "mean cost ms",
+                "vs best heuristic (mean)",
+                "(worst)",
+                "best on tasks",
+                "plan ms",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"cost: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per training "
+        f"step, {backend.name} backend; ratios are to the best heuristic on each task, paired "
+        "within each round. Every placement is memory-legal."
+    )

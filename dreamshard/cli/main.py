@@ -174,17 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="memory per device in GiB (units of 2^30 bytes)",
     )
-    pl.add_argument("--method", choices=list(METHODS), default="size_lookup",
-                    help="planner (default size_lookup); dreamshard and dreamshard_search "
-                    "need --model (a trained model), rnn --model (an RNN placer file)")  # fmt: skip
-    pl.add_argument("--model", help="trained model for --method dreamshard: a model file "
-                    "(dreamshard train writes DIR/model.pt) or a registered MLflow model such "
-                    "as models:/dreamshard-policy@champion (tracking URI: $MLFLOW_TRACKING_URI, "
-                    "else .dreamshard/mlflow.db)")  # fmt: skip
-    pl.add_argument("--samples", type=int, default=8,
-                    help="dreamshard: sampled placements weighed against the greedy one and "
-                    "the heuristics by the cost network (default 8; 0: greedy only, as the "
-                    "paper)")  # fmt: skip
+    pl.add_argument(
+        "--method",
+        choices=list(METHODS),
+        default="size_lookup",
+        help="planner (default size_lookup); dreamshard and dreamshard_search "
+        "need --model (a trained model), rnn --model (an RNN placer file)",
+    )
+    pl.add_argument(
+        "--model",
+        help="trained model for --method dreamshard: a model file "
+        "(dreamshard train writes DIR/model.pt) or a registered MLflow model such "
+        "as models:/dreamshard-policy@champion (tracking URI: $MLFLOW_TRACKING_URI, "
+        "else .dreamshard/mlflow.db)",
+    )
+    pl.add_argument(
+        "--samples",
+        type=int,
+        default=8,
+        help="dreamshard: sampled placements weighed against the greedy one and "
+        "the heuristics by the cost network (default 8; 0: greedy only, as the "
+        "paper)",
+    )
     pl.add_argument(
         "--precision",
         choices=list(BYTES_PER_WEIGHT),
@@ -193,12 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument("--out", help="write the plan JSON here")
-    pl.add_argument("--format", choices=["dreamshard", "torchrec"], default="dreamshard",
-                    help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
-                    "sharding plan as JSON (docs/torchrec.md)")  # fmt: skip
-    pl.add_argument("--module-path", default="embedding_bags",
-                    help="--format torchrec: the EmbeddingBagCollection's path in the model "
-                    "(default embedding_bags)")  # fmt: skip
+    pl.add_argument(
+        "--format",
+        choices=["dreamshard", "torchrec"],
+        default="dreamshard",
+        help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
+        "sharding plan as JSON (docs/torchrec.md)",
+    )
+    pl.add_argument(
+        "--module-path",
+        default="embedding_bags",
+        help="--format torchrec: the EmbeddingBagCollection's path in the model "
+        "(default embedding_bags)",
+    )
     table_source_options(pl)
     pl.set_defaults(func=cmd_place)
 
@@ -214,8 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--suite", default="cpu-50x4", help="suite name (default cpu-50x4)")
     demo.add_argument("--tasks", type=positive(int), default=5, help="test tasks (default 5)")
-    demo.add_argument("--rounds", type=positive(int), default=3,
-                      help="interleaved measurement rounds (default 3)")  # fmt: skip
+    demo.add_argument(
+        "--rounds", type=positive(int), default=3, help="interleaved measurement rounds (default 3)"
+    )
     demo.add_argument(
         "--backend",
         choices=["fbgemm", "simulated"],

@@ -43,8 +43,12 @@ def add_train_command(sub) -> None:
         "from DIR/checkpoint.pt after a crash",
     )
     tr.add_argument("--suite", default=defaults.suite, help=f"suite (default {defaults.suite})")
-    tr.add_argument("--backend", choices=["fbgemm", "simulated"], default=defaults.backend,
-                    help="where placements are measured (default fbgemm)")  # fmt: skip
+    tr.add_argument(
+        "--backend",
+        choices=["fbgemm", "simulated"],
+        default=defaults.backend,
+        help="where placements are measured (default fbgemm)",
+    )
     tr.add_argument("--out", default=defaults.out, help=f"run folder (default {defaults.out})")
     tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     for name, help_text in (
@@ -58,9 +62,13 @@ def add_train_command(sub) -> None:
         ("train_tasks", "training tasks of the suite"),
     ):
         value = getattr(defaults, name)
-        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int)
-                        if name != "warm_start" else int, default=value,
-                        help=f"{help_text} (default {value})")  # fmt: skip
+        tr.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=positive(int) if name != "warm_start" else int,
+            default=value,
+            help=f"{help_text} (default {value})",
+        )
     reinforce_options(tr, defaults)
     tr.add_argument(
         "--table-aware",
@@ -68,8 +76,12 @@ def add_train_command(sub) -> None:
         action="store_true",
         help="also give the policy the features of the table being placed",
     )
-    tr.add_argument("--measure-iterations", dest="measure_iterations", type=positive(int),
-                    help="fbgemm timed iterations per device (default 15)")  # fmt: skip
+    tr.add_argument(
+        "--measure-iterations",
+        dest="measure_iterations",
+        type=positive(int),
+        help="fbgemm timed iterations per device (default 15)",
+    )
     tr.set_defaults(func=cmd_train)
 
 
@@ -115,8 +127,13 @@ def add_train_rnn_command(sub) -> None:
         ("hidden", "LSTM width"),
     ):
         value = getattr(defaults, name)
-        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive(int),
-                        default=value, help=f"{help_text} (default {value})")  # fmt: skip
+        tr.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=positive(int),
+            default=value,
+            help=f"{help_text} (default {value})",
+        )
     reinforce_options(tr, defaults)
     tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     tr.set_defaults(func=cmd_train_rnn)

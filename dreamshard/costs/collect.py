@@ -92,8 +92,16 @@ def collect(
         except DreamshardError as exc:
             # an error record gets its own key, so the next run measures this placement again
             error_key = f"{key}:error:{time.time_ns()}"
-            dataset.append(error_key, job.task, job.placement, None, config, suite_name,
-                           job.round, error=str(exc))  # fmt: skip
+            dataset.append(
+                error_key,
+                job.task,
+                job.placement,
+                None,
+                config,
+                suite_name,
+                job.round,
+                error=str(exc),
+            )
             summary.errors += 1
             progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
             continue

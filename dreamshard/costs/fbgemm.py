@@ -123,8 +123,12 @@ class FbgemmBackend:
             timings = time_groups(groups, self.timing)
         except GroupFailure as exc:
             raise MeasurementError(f"kernel failed on {exc}") from exc
-        widths = np.array([sum(t.dim for t in (task.tables[i] for i in m)) for m in
-                           placement.device_tables(task.num_devices)])  # fmt: skip
+        widths = np.array(
+            [
+                sum(t.dim for t in (task.tables[i] for i in m))
+                for m in placement.device_tables(task.num_devices)
+            ]
+        )
         fwd = np.array([t.fwd_ms for t in timings])
         topology = get_topology(self.topology_name())
         fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology)
@@ -149,11 +153,19 @@ class FbgemmBackend:
             job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
             job_path.write_text(json.dumps(job))
             command = [
-                sys.executable, "-m", "torch.distributed.run",
-                f"--nproc_per_node={task.num_devices}", "--master_addr=127.0.0.1",
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nproc_per_node={task.num_devices}",
+                "--master_addr=127.0.0.1",
                 f"--master_port={_free_port()}",
-                "-m", "gpu_tasks.distributed", "--job", str(job_path), "--out", str(out_path),
-            ]  # fmt: skip
+                "-m",
+                "gpu_tasks.distributed",
+                "--job",
+                str(job_path),
+                "--out",
+                str(out_path),
+            ]
             env = dict(os.environ, OMP_NUM_THREADS=str(self.timing.threads))
             proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
             if proc.returncode != 0 or not out_path.exists():
@@ -165,8 +177,9 @@ class FbgemmBackend:
             DeviceCost(r["fwd_comp"], r["fwd_comm"], r["bwd_comm"], r["bwd_comp"], r["cv"])
             for r in result["ranks"]
         )
-        return PlacementCost(devices, self.name, "measured",
-                             {"batch": batch, "process_group": result["backend"]})  # fmt: skip
+        return PlacementCost(
+            devices, self.name, "measured", {"batch": batch, "process_group": result["backend"]}
+        )
 
 
 def _first_error(stderr: str) -> str:

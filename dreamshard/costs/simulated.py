@@ -35,8 +35,15 @@ from dreamshard.tables.table import Table
 from dreamshard.tables.traces import DEFAULT_BATCH, expected_unique_rows, table_batch_size
 
 GROUP_FEATURES = (
-    "call", "tables", "lookups", "volume", "touched", "width", "lookups_x_width", "overflow",
-)  # fmt: skip
+    "call",
+    "tables",
+    "lookups",
+    "volume",
+    "touched",
+    "width",
+    "lookups_x_width",
+    "overflow",
+)
 CACHE_BYTES = 32 * 2**20
 DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
 
@@ -68,8 +75,10 @@ class SimulatedModel:
         return features @ np.array(self.fwd), features @ np.array(self.bwd)
 
     def save(self, path: Path) -> None:
-        write_json_atomic(path, {"features": list(GROUP_FEATURES), "fwd": self.fwd,
-                                 "bwd": self.bwd, "fit": self.fit})  # fmt: skip
+        write_json_atomic(
+            path,
+            {"features": list(GROUP_FEATURES), "fwd": self.fwd, "bwd": self.bwd, "fit": self.fit},
+        )
 
     @classmethod
     def load(cls, path: Path | None = None) -> SimulatedModel:
@@ -122,8 +131,12 @@ class SimulatedBackend:
         get_topology(self.topology)
 
     def config(self) -> dict:
-        return {"backend": self.name, "topology": self.topology, "fwd": self.model.fwd,
-                "bwd": self.model.bwd}  # fmt: skip
+        return {
+            "backend": self.name,
+            "topology": self.topology,
+            "fwd": self.model.fwd,
+            "bwd": self.model.bwd,
+        }
 
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()

@@ -57,9 +57,7 @@ class Evaluation:
         """[round, task]: the cheapest heuristic's cost in each round."""
         columns = [self.planners.index(h) for h in self.heuristics]
         best_by_mean = self.costs[:, :, columns].mean(axis=0).argmin(axis=1)  # per task
-        return np.stack(
-            [self.costs[:, t, columns[b]] for t, b in enumerate(best_by_mean)], axis=1
-        )
+        return np.stack([self.costs[:, t, columns[b]] for t, b in enumerate(best_by_mean)], axis=1)
 
     def strongest_heuristic(self) -> str:
         """The fixed heuristic with the best mean cost over the tasks (the paper's baseline)."""
@@ -74,15 +72,17 @@ class Evaluation:
         winner = np.nanargmin(self.costs.mean(axis=0), axis=1)
         rows = []
         for j, planner in enumerate(self.planners):
-            rows.append({
-                "planner": planner,
-                "mean_cost_ms": float(self.costs[:, :, j].mean()),
-                "vs_strongest_heuristic": float(geometric_mean(vs_strongest[:, j])),
-                "vs_best_heuristic": float(geometric_mean(vs_best[:, j])),
-                "vs_best_heuristic_worst": float(vs_best[:, j].max()),
-                "best_on_tasks": int((winner == j).sum()),
-                "plan_ms": float(self.plan_seconds[:, j].mean() * 1000),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "planner": planner,
+                    "mean_cost_ms": float(self.costs[:, :, j].mean()),
+                    "vs_strongest_heuristic": float(geometric_mean(vs_strongest[:, j])),
+                    "vs_best_heuristic": float(geometric_mean(vs_best[:, j])),
+                    "vs_best_heuristic_worst": float(vs_best[:, j].max()),
+                    "best_on_tasks": int((winner == j).sum()),
+                    "plan_ms": float(self.plan_seconds[:, j].mean() * 1000),
+                }
+            )
         return rows
 
     def paired_ratio(self, planner: str, reference: str) -> float:
@@ -116,8 +116,10 @@ class Evaluation:
     def _result(self, t: int, j: int) -> dict:
         placement = self.placements[t][j]
         if placement is None:
-            return {"declined": self.declined[(t, j)],
-                    "plan_seconds": float(self.plan_seconds[t, j])}  # fmt: skip
+            return {
+                "declined": self.declined[(t, j)],
+                "plan_seconds": float(self.plan_seconds[t, j]),
+            }
         return {
             "placement": list(placement.devices),
             "memory_bytes": device_memory(self.tasks[t], placement).tolist(),
@@ -184,8 +186,9 @@ def evaluate(
     if measure is None:
         measure = lambda job: measure_and_store(job, backend, dataset, suite_name)[0]  # noqa: E731
 
-    items = [(t, j) for t in range(len(tasks)) for j in range(len(names))
-             if placements[t][j] is not None]  # fmt: skip
+    items = [
+        (t, j) for t in range(len(tasks)) for j in range(len(names)) if placements[t][j] is not None
+    ]
     costs = np.full((rounds, len(tasks), len(names)), np.nan)
     seen: dict[tuple[int, int], list[PlacementCost]] = {item: [] for item in items}
     rng = np.random.default_rng(seed)
@@ -198,18 +201,36 @@ def evaluate(
             seen[(t, j)].append(cost)
             progress.step(f"{tasks[t].name} {names[j]}: {cost.overall:.2f} ms")
     progress.close()
-    breakdowns = [[mean_breakdown(seen[(t, j)]) if (t, j) in seen else []
-                   for j in range(len(names))] for t in range(len(tasks))]  # fmt: skip
-    return Evaluation(tasks, names, placements, costs, breakdowns, plan_seconds, backend.name,
-                      declined)  # fmt: skip
+    breakdowns = [
+        [mean_breakdown(seen[(t, j)]) if (t, j) in seen else [] for j in range(len(names))]
+        for t in range(len(tasks))
+    ]
+    return Evaluation(
+        tasks, names, placements, costs, breakdowns, plan_seconds, backend.name, declined
+    )
 
 
 def summary_table(evaluation: Evaluation) -> tuple[list[str], list[list[object]]]:
     """Header and rows of the evaluation's summary for `report.format_table`."""
-    header = ["planner", "mean cost ms", "vs strongest heuristic", "vs best heuristic (mean)",
-              "(worst)", "best on tasks", "plan ms"]  # fmt: skip
-    rows = [[r["planner"], r["mean_cost_ms"], r["vs_strongest_heuristic"], r["vs_best_heuristic"],
-             r["vs_best_heuristic_worst"], r["best_on_tasks"], r["plan_ms"]]
-            for r in evaluation.summary_rows()]  # fmt: skip
+    header = [
+        "planner",
+        "mean cost ms",
+        "vs strongest heuristic",
+        "vs best heuristic (mean)",
+        "(worst)",
+        "best on tasks",
+        "plan ms",
+    ]
+    rows = [
+        [
+            r["planner"],
+            r["mean_cost_ms"],
+            r["vs_strongest_heuristic"],
+            r["vs_best_heuristic"],
+            r["vs_best_heuristic_worst"],
+            r["best_on_tasks"],
+            r["plan_ms"],
+        ]
+        for r in evaluation.summary_rows()
+    ]
     return header, rows
-

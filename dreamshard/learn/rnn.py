@@ -100,8 +100,9 @@ class RnnPlacer(nn.Module):
             features = feature_matrix(task.tables)
             with torch.no_grad():
                 _, predicted = costnet(make_batch([(features, row, d) for row in devices]))
-        return Rollout(devices, torch.stack(log_probs).sum(0), torch.stack(entropies).mean(0),
-                       predicted, legal)  # fmt: skip
+        return Rollout(
+            devices, torch.stack(log_probs).sum(0), torch.stack(entropies).mean(0), predicted, legal
+        )
 
 
 def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnPlacer:
@@ -125,22 +126,30 @@ def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnP
         loss.backward()
         optimizer.step()
         if (update + 1) % max(1, config.updates // 10) == 0:
-            log(f"update {update + 1}/{config.updates}: mean predicted cost "
-                f"{float(-reward.mean()) * scale:.2f} ms")  # fmt: skip
+            log(
+                f"update {update + 1}/{config.updates}: mean predicted cost "
+                f"{float(-reward.mean()) * scale:.2f} ms"
+            )
     placer.eval()
     return placer
 
 
 def save_rnn(placer: RnnPlacer, path: str | Path, config: RnnTrainConfig, source: str) -> None:
-    save_torch_atomic({
-        "format": RNN_FORMAT,
-        "feature_transform": FEATURE_TRANSFORM,
-        "feature_names": list(FEATURE_NAMES),
-        "config": placer.config,
-        "state": placer.state_dict(),
-        "metadata": {"train": asdict(config), "costnet_model": source,
-                     "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-    }, path)  # fmt: skip
+    save_torch_atomic(
+        {
+            "format": RNN_FORMAT,
+            "feature_transform": FEATURE_TRANSFORM,
+            "feature_names": list(FEATURE_NAMES),
+            "config": placer.config,
+            "state": placer.state_dict(),
+            "metadata": {
+                "train": asdict(config),
+                "costnet_model": source,
+                "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        },
+        path,
+    )
 
 
 def load_rnn(path: str | Path) -> RnnPlacer:

@@ -119,8 +119,9 @@ def train_policy(state: TrainState, config: TrainConfig, tasks) -> list[float]:
         step = state.iteration * config.policy_updates + update
         linear_lr(state.policy_optimizer, config.learning_rate, step, total)
         task = tasks[int(state.rng.integers(len(tasks)))]
-        rollout = state.policy.rollout(task, state.costnet, config.episodes,
-                                       generator=state.generator)  # fmt: skip
+        rollout = state.policy.rollout(
+            task, state.costnet, config.episodes, generator=state.generator
+        )
         loss, reward = reinforce_loss(rollout, config.entropy_weight)
         state.policy_optimizer.zero_grad()
         loss.backward()
@@ -180,10 +181,17 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     fit_config = replace(config, iterations=1)
     losses = fit_costnet(state, fit_config, examples[:cut])
     errors = costnet_errors(state.costnet, examples[cut:])
-    log(f"cost network: {config.costnet_steps} steps on {cut} measurements, held-out overall "
-        f"MAPE {errors['overall_mape']:.1%} on {len(examples) - cut}")  # fmt: skip
-    metadata = {"suite": config.suite, "backend": backend.config(), "config": asdict(config),
-                "examples": len(examples), "errors": errors}  # fmt: skip
+    log(
+        f"cost network: {config.costnet_steps} steps on {cut} measurements, held-out overall "
+        f"MAPE {errors['overall_mape']:.1%} on {len(examples) - cut}"
+    )
+    metadata = {
+        "suite": config.suite,
+        "backend": backend.config(),
+        "config": asdict(config),
+        "examples": len(examples),
+        "errors": errors,
+    }
     return DreamShardModel(state.costnet, state.policy, metadata), losses, errors
 
 
@@ -201,8 +209,9 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         log(f"resuming after iteration {state.iteration} from {checkpoint}")
     elif config.warm_start:
         log(f"warm start: measuring {config.warm_start} heuristic and random placements")
-        collect(list(collection_jobs(make_suite(spec), config.warm_start)), backend, dataset,
-                spec.name)  # fmt: skip
+        collect(
+            list(collection_jobs(make_suite(spec), config.warm_start)), backend, dataset, spec.name
+        )
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
     probe_backend = backend if config.backend == "simulated" else None
@@ -235,10 +244,17 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             f"policy reward {record['policy_reward']:.2f} ms, "
             f"greedy predicted {predicted:.2f} ms ({record['seconds']:.0f} s)"
         )
-    model = DreamShardModel(state.costnet, state.policy, {
-        "suite": config.suite, "backend": backend.config(), "config": asdict(config),
-        "history": state.history, "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })  # fmt: skip
+    model = DreamShardModel(
+        state.costnet,
+        state.policy,
+        {
+            "suite": config.suite,
+            "backend": backend.config(),
+            "config": asdict(config),
+            "history": state.history,
+            "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    )
     model.costnet.eval()
     model.policy.eval()
     save_model(model, out / "model.pt")

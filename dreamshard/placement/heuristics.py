@@ -63,4 +63,3 @@ PLANNERS: dict[str, Planner] = {
     "random": random_place,
     **{name: (lambda task, seed, name=name: greedy_place(task, name)) for name in HEURISTIC_KEYS},
 }
-

@@ -59,4 +59,3 @@ def dreamshard_place(
     candidates = [c for c in candidates if is_legal(task, c)]
     scores = predicted_overall(model, task, candidates)
     return candidates[min(range(len(candidates)), key=scores.__getitem__)]
-

@@ -104,8 +104,9 @@ def solve_milp(
     devices = result.x[: t * d].reshape(t, d).argmax(axis=1)
     placement = Placement(tuple(int(v) for v in devices), "milp")
     if not is_legal(task, placement):  # within HiGHS's feasibility tolerance (1e-7) of a cap
-        return MilpResult(None, float("nan"), bound, float("nan"), "over a cap by tolerance",
-                          seconds)  # fmt: skip
+        return MilpResult(
+            None, float("nan"), bound, float("nan"), "over a cap by tolerance", seconds
+        )
     value = additive_makespan(costs, placement, d)
     gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
     return MilpResult(placement, value, min(bound, value), gap, status, seconds)

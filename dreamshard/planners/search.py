@@ -79,10 +79,12 @@ def legal_neighbours(task: PlacementTask, devices: np.ndarray) -> np.ndarray:
     swaps = (da != db) & (used[db] - sizes[b] + sizes[a] <= cap)
     swaps &= used[da] - sizes[a] + sizes[b] <= cap
     none = np.full(int(moves.sum()), -1)
-    return np.concatenate([
-        np.stack([table[moves], target[moves], none, none], axis=1),
-        np.stack([a[swaps], db[swaps], b[swaps], da[swaps]], axis=1),
-    ])  # fmt: skip
+    return np.concatenate(
+        [
+            np.stack([table[moves], target[moves], none, none], axis=1),
+            np.stack([a[swaps], db[swaps], b[swaps], da[swaps]], axis=1),
+        ]
+    )
 
 
 def apply_neighbours(devices: np.ndarray, rows: np.ndarray) -> list[Placement]:
@@ -129,8 +131,15 @@ def local_search(
             local_optimum = time.perf_counter() < deadline
             break
     placement = Placement(tuple(int(v) for v in devices), start.method)
-    return SearchResult(placement, float(cost), start_cost, steps, scored,
-                        time.perf_counter() - began, local_optimum)  # fmt: skip
+    return SearchResult(
+        placement,
+        float(cost),
+        start_cost,
+        steps,
+        scored,
+        time.perf_counter() - began,
+        local_optimum,
+    )
 
 
 def dreamshard_search_place(

@@ -123,9 +123,7 @@ def plan_with_torchrec(request: TorchRecRequest):
             topology=request.topology,
             batch_size=request.batch_size,
             constraints=request.constraints,
-            storage_reservation=None
-            if request.reserve
-            else FixedPercentageStorageReservation(0.0),
+            storage_reservation=None if request.reserve else FixedPercentageStorageReservation(0.0),
             debug=False,
         )
         try:
@@ -148,9 +146,7 @@ def rejection_reason(request: TorchRecRequest, sharders: list, exc: Exception) -
             f"{RESERVED_FRACTION:.0%} of it and {format_bytes(kjt)} for {KJT_COPIES} copies of "
             f"a per-device batch of {request.batch_size} inputs kept back"
         )
-    enumerator = EmbeddingEnumerator(
-        request.topology, request.batch_size, request.constraints
-    )
+    enumerator = EmbeddingEnumerator(request.topology, request.batch_size, request.constraints)
     needs = [o.total_storage.hbm for o in enumerator.enumerate(request.module, sharders)]
     kind = getattr(getattr(exc, "error_type", None), "value", "rejected")
     return (
