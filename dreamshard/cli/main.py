@@ -89,6 +89,9 @@ def cmd_place(args: argparse.Namespace) -> None:
         f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
         f"({args.precision}), planned in {elapsed * 1000:.1f} ms"
     )
+    if placement.candidate:
+        named = f", reported as {placement.method}" if placement.method != args.method else ""
+        print(f"chosen by the cost network: {placement.candidate}{named}")
     print(format_table(headers, device_rows(task, placement)))
     print(
         "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "

@@ -19,6 +19,7 @@ def plan_to_dict(task: PlacementTask, placement: Placement) -> dict[str, Any]:
         "format": PLAN_FORMAT,
         "version": 1,
         "method": placement.method,
+        "candidate": placement.candidate,
         "task": task.name,
         "num_devices": task.num_devices,
         "memory_cap_bytes": task.memory_cap_bytes,

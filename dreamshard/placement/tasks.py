@@ -56,10 +56,15 @@ class PlacementTask:
 
 @dataclass(frozen=True)
 class Placement:
-    """`devices[i]` is the device of `task.tables[i]`."""
+    """`devices[i]` is the device of `task.tables[i]`.
+
+    `method` names the planner whose rule made it; `candidate` says, for a planner that picks
+    among several placements (dreamshard), which one won ("policy sample 3", "heuristic lookup").
+    """
 
     devices: tuple[int, ...]
     method: str = ""
+    candidate: str = ""
 
     def device_tables(self, num_devices: int) -> list[list[int]]:
         """Indices of the tables on each device."""

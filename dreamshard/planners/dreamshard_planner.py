@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
@@ -46,16 +47,28 @@ def one_thread() -> Iterator[None]:
 def dreamshard_place(
     task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
 ) -> Placement:
-    """The policy's greedy placement, improved by best-of-`samples` and the heuristics."""
+    """The policy's greedy placement, improved by best-of-`samples` and the heuristics.
+
+    The winner says where it came from in `candidate`: "policy greedy", "policy sample K", or
+    "heuristic NAME". A heuristic's placement keeps that heuristic's name as its `method`, so
+    no report credits the policy with it.
+    """
     # the greedy episode and the sampled ones side by side, in one pass over the tables
     generator = torch.Generator().manual_seed(seed)
     episodes = fast_rollout(model.policy, task, model.costnet, 1, samples, generator)
     candidates = [
-        episodes.placement(e, "dreamshard") for e in range(1 + samples) if episodes.legal[e]
+        replace(episodes.placement(e, "dreamshard"), candidate=episode_name(e))
+        for e in range(1 + samples)
+        if episodes.legal[e]
     ]
     if samples > 0 or not candidates:  # with samples=0 they only stand in for a stuck policy
         for key in HEURISTIC_KEYS:  # raises the infeasibility error when no placement exists
-            candidates.append(Placement(greedy_place(task, key).devices, "dreamshard"))
+            candidates.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
     candidates = [c for c in candidates if is_legal(task, c)]
     scores = predicted_overall(model, task, candidates)
     return candidates[min(range(len(candidates)), key=scores.__getitem__)]
+
+
+def episode_name(episode: int) -> str:
+    """Episode 0 of a rollout is the greedy one; 1.. are the samples."""
+    return "policy greedy" if episode == 0 else f"policy sample {episode}"

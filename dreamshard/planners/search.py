@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -153,4 +153,10 @@ def dreamshard_search_place(
     """The `dreamshard` planner's placement, then local search on the predicted cost."""
     start = dreamshard_place(task, model, samples, seed)
     found = local_search(task, start, costnet_scorer(model, task), seconds, max_rounds, seed)
-    return Placement(found.placement.devices, "dreamshard_search")
+    if found.steps == 0:  # nothing better: the start keeps its own name
+        return replace(start, candidate=f"{start.candidate}; search found nothing better")
+    return Placement(
+        found.placement.devices,
+        "dreamshard_search",
+        f"{found.steps} search steps from {start.candidate}",
+    )
