@@ -34,9 +34,6 @@ Writes the report (`--out`, printed too) with raw results beside it (.json, .csv
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -44,34 +41,30 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from best_known import BEST_KNOWN, BestKnown
+from planners_report import render, torchrec_version, write_raw
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.evaluate import Evaluation, evaluate
-from dreamshard.evaluation.rounds import geometric_mean
+from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.evaluation.results import Evaluation
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig, train
 from dreamshard.methods import place
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.milp import MilpResult, solve_milp
-from dreamshard.planners.search import costnet_scorer, local_search
 from dreamshard.planners.torchrec_planner import torchrec_place
-from dreamshard.progress import Progress
-from dreamshard.report import format_table
 from dreamshard.state import state_dir
 from dreamshard.tables.features import feature_matrix
 
 RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
-SEARCH_BATCH = 64  # neighbours ranked by the cost network per batch ...
-SEARCH_SHORTLIST = 2  # ... of which this many are measured
-BEST_KNOWN = "best_known"
 MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
 
 
@@ -161,89 +154,13 @@ def single_table_costs(model: DreamShardModel, task: PlacementTask) -> np.ndarra
     return np.maximum(costs, 1e-3 * costs.max())
 
 
-class BestKnown:
-    """The best known placement of a task: screen the others' placements, then measured search.
-
-    `recorded(name, planner)` wraps every other planner so its placements are kept; `evaluate`
-    places a task with all planners in order, this one last, so they are all there.
-    """
-
-    def __init__(self, backend, model: DreamShardModel, budget: int, seed: int):
-        self.backend, self.model, self.budget, self.seed = backend, model, budget, seed
-        self.proposals: dict[str, dict[str, Placement]] = {}
-        self.log: dict[str, dict] = {}
-
-    def recorded(self, name: str, planner):
-        def plan(task: PlacementTask) -> Placement:
-            placement = planner(task)
-            self.proposals.setdefault(task.name, {})[name] = placement
-            return placement
-
-        return plan
-
-    def __call__(self, task: PlacementTask) -> Placement:
-        proposals = self.proposals[task.name]
-        unique = {p.devices: name for name, p in reversed(proposals.items())}  # first name wins
-        progress = Progress(len(unique) + self.budget, f"best known {task.name}")
-        known: dict[tuple[int, ...], float] = {}
-        rng = np.random.default_rng(self.seed)
-        for i in rng.permutation(len(unique)):
-            devices = list(unique)[i]
-            known[devices] = self.backend.measure(task, Placement(devices)).overall
-            progress.step(f"screening {unique[devices]}: {known[devices]:.2f} ms")
-        start = min(known, key=known.__getitem__)
-        scorer = MeasuredScorer(
-            self.backend, task, costnet_scorer(self.model, task), known, self.budget, progress
-        )
-        found = local_search(task, Placement(start), scorer, seed=self.seed, batch=SEARCH_BATCH)
-        progress.close()
-        self.log[task.name] = {
-            "start": unique[start],
-            "start_ms": known[start],
-            "steps": found.steps,
-            "measured": scorer.used,
-            "search_ms": found.cost,
-            "screened": len(unique),
-        }
-        return Placement(found.placement.devices, BEST_KNOWN)
-
-
-class MeasuredScorer:
-    """A `local_search` scorer: real measurements, at most `budget`, on the cost network's picks.
-
-    Of each batch, the `SEARCH_SHORTLIST` placements with the lowest predicted cost are measured
-    (once each: `known` remembers); the rest score infinity, so only measured ones are accepted.
-    """
-
-    def __init__(self, backend, task, predict, known: dict, budget: int, progress: Progress):
-        self.backend, self.task, self.predict, self.known = backend, task, predict, known
-        self.budget, self.progress, self.used = budget, progress, 0
-
-    def __call__(self, placements: list[Placement]) -> list[float]:
-        costs = [self.known.get(p.devices, float("inf")) for p in placements]
-        if self.used >= self.budget:
-            return costs
-        fresh = [i for i, p in enumerate(placements) if p.devices not in self.known]
-        predicted = self.predict([placements[i] for i in fresh]) if fresh else []
-        for k in np.argsort(predicted, kind="stable")[:SEARCH_SHORTLIST]:
-            if self.used >= self.budget:
-                break
-            i = fresh[int(k)]
-            costs[i] = self.backend.measure(self.task, placements[i]).overall
-            self.known[placements[i].devices] = costs[i]
-            self.used += 1
-            best = min(self.known.values())
-            self.progress.step(f"search: {costs[i]:.2f} ms (best so far {best:.2f})")
-        return costs
-
-
 def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, milp_log: dict):
-    def rnn(task: PlacementTask) -> Placement:
+    def rnn(task: PlacementTask, seed: int) -> Placement:
         if task.num_devices != placer.num_devices:
             raise DreamshardError(f"n/a: trained for {placer.num_devices} devices")
-        return rnn_place(task, placer)
+        return rnn_place(task, placer, seed)
 
-    def milp(task: PlacementTask) -> Placement:
+    def milp(task: PlacementTask, seed: int) -> Placement:
         costs = single_table_costs(model, task)
         result: MilpResult = solve_milp(task, costs, milp_seconds, rel_gap=MILP_GAP)
         milp_log[task.name] = result
@@ -251,258 +168,18 @@ def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, mil
             raise DreamshardError(f"no placement: {result.status} after {result.seconds:.1f} s")
         return result.placement
 
-    planners = {
-        name: (lambda task, name=name: place(task, name)) for name in ("random", *HEURISTIC_KEYS)
-    }
+    planners = dict(PLANNERS)  # random and the four heuristics
     planners |= {
-        "torchrec": lambda task: torchrec_place(task),
-        "torchrec (no reserve)": lambda task: torchrec_place(task, reserve=False),
+        "torchrec": lambda task, seed: torchrec_place(task, seed),
+        "torchrec (no reserve)": lambda task, seed: torchrec_place(task, seed, reserve=False),
         "rnn": rnn,
-        "dreamshard": lambda task: place(task, "dreamshard", model=model),
-        "dreamshard_search": lambda task: place(task, "dreamshard_search", model=model),
+        "dreamshard": lambda task, seed: place(task, "dreamshard", seed, model=model),
+        "dreamshard_search": lambda task, seed: place(task, "dreamshard_search", seed, model=model),
         "milp": milp,
     }
     planners = {name: best_known.recorded(name, fn) for name, fn in planners.items()}
     planners[BEST_KNOWN] = best_known
     return planners
-
-
-# ---------------------------------------------------------------------------------- report
-
-
-def suite_view(evaluation: Evaluation, indices: list[int]) -> Evaluation:
-    """The part of the run that holds the given tasks (one suite)."""
-    where = {t: k for k, t in enumerate(indices)}
-    return Evaluation(
-        [evaluation.tasks[t] for t in indices],
-        evaluation.planners,
-        [evaluation.placements[t] for t in indices],
-        evaluation.costs[:, indices],
-        [evaluation.breakdowns[t] for t in indices],
-        evaluation.plan_seconds[indices],
-        evaluation.backend,
-        {(where[t], j): why for (t, j), why in evaluation.declined.items() if t in where},
-    )
-
-
-def references(view: Evaluation) -> dict[str, np.ndarray]:
-    """Per-round reference costs [round, task]: (a), (b), (c) of the module docstring."""
-    strongest = view.costs[:, :, view.planners.index(view.strongest_heuristic())]
-    best = np.nanargmin(view.costs.mean(axis=0), axis=1)  # per task, over every placement
-    best_known = np.stack([view.costs[:, t, j] for t, j in enumerate(best)], axis=1)
-    return {
-        "strongest": strongest,
-        "per_task_best": view.per_task_best_heuristic(),
-        "best_known": best_known,
-    }
-
-
-def summarise(ratios: np.ndarray) -> dict | None:
-    """Geometric mean and min-max over the tasks a planner placed (NaN: declined)."""
-    ok = ratios[~np.isnan(ratios)]
-    if not ok.size:
-        return None
-    return {
-        "mean": float(geometric_mean(ok)),
-        "min": float(ok.min()),
-        "max": float(ok.max()),
-        "tasks": int(ok.size),
-    }
-
-
-def cell(summary: dict | None, total: int) -> str:
-    if summary is None:
-        return "-"
-    text = f"{summary['mean']:.3f} ({summary['min']:.2f}-{summary['max']:.2f})"
-    return text if summary["tasks"] == total else f"{text} [{summary['tasks']}/{total}]"
-
-
-TORCHREC_SAYS = "torchrec's planner rejects this task "
-
-
-def short_reason(reason: str) -> str:
-    kind = re.match(re.escape(TORCHREC_SAYS) + r"\((\w+)\)", reason)
-    return f"rejected ({kind.group(1)})" if kind else reason
-
-
-def suite_section(name: str, view: Evaluation, model_suite: str) -> tuple[str, dict]:
-    refs = references(view)
-    ratios = {key: view.ratios_to(ref) for key, ref in refs.items()}  # [task, planner] each
-    n = len(view.tasks)
-    rows, summary = [], {}
-    for j, planner in enumerate(view.planners):
-        placed = [t for t in range(n) if view.placements[t][j] is not None]
-        declined = {short_reason(view.declined[(t, j)]) for t in range(n) if t not in placed}
-        status = f"{len(placed)}/{n}" + (f": {'; '.join(sorted(declined))}" if declined else "")
-        summary[planner] = {key: summarise(r[:, j]) for key, r in ratios.items()}
-        summary[planner]["placed"] = len(placed)
-        mean_ms = float(np.mean(view.costs[:, placed, j])) if placed else "-"
-        plan_s = float(view.plan_seconds[placed, j].mean()) if placed else "-"
-        rows.append(
-            [planner, status, mean_ms, *(cell(summary[planner][key], n) for key in ratios), plan_s]
-        )
-    table = format_table(
-        [
-            "planner",
-            "placed",
-            "mean ms",
-            "(a) vs strongest",
-            "(b) vs per-task best",
-            "(c) vs best known",
-            "plan s",
-        ],
-        rows,
-    )
-    zero_shot = "" if name == model_suite else " (zero-shot)"
-    text = (
-        f"## {name}{zero_shot}: {n} held-out task{'s' * (n != 1)}, strongest fixed heuristic "
-        f"{view.strongest_heuristic()}\n\n```\n{table}\n```"
-    )
-    return text, summary
-
-
-def paired(view: Evaluation, planner: str, reference: str) -> np.ndarray:
-    """Per task: geometric mean over rounds of planner / reference (NaN where either declined)."""
-    ref = view.costs[:, :, view.planners.index(reference)]
-    return view.ratios_to(ref)[:, view.planners.index(planner)]
-
-
-HEADLINE = {  # column: reference, a planner or one of `references`
-    "vs torchrec (no reserve)": "torchrec (no reserve)",
-    "vs torchrec": "torchrec",
-    "vs strongest heuristic": "strongest",
-    "vs per-task best heuristic": "per_task_best",
-    "vs best known": "best_known",
-}
-
-
-def dreamshard_ratios(view: Evaluation) -> dict[str, np.ndarray]:
-    """Per headline column, dreamshard's ratio per task (NaN where the reference declined)."""
-    refs = references(view)
-    j = view.planners.index("dreamshard")
-    return {
-        label: (view.ratios_to(refs[ref])[:, j] if ref in refs else paired(view, "dreamshard", ref))
-        for label, ref in HEADLINE.items()
-    }
-
-
-def headline(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
-    """Where dreamshard stands, per suite and over every task."""
-    per_suite = {name: dreamshard_ratios(view) for name, view in views.items()}
-    per_suite["all tasks"] = {
-        label: np.concatenate([s[label] for s in per_suite.values()]) for label in HEADLINE
-    }
-    rows = [
-        [name, *(cell(summarise(v), len(v)) for v in values.values())]
-        for name, values in per_suite.items()
-    ]
-    torchrec = evaluation.planners.index("torchrec")
-    rejected = sum(p[torchrec] is None for p in evaluation.placements)
-    return (
-        "## Headline: dreamshard's measured cost relative to ...\n\n```\n"
-        + format_table(["suite", *HEADLINE], rows)
-        + "\n```\n\n"
-        f"TorchRec's planner with its own reservation declined {rejected} of "
-        f"{len(evaluation.tasks)} tasks; `-` or [k/n]: compared only where both placed."
-    )
-
-
-def declines_section(evaluation: Evaluation) -> str:
-    rows = [
-        [
-            evaluation.tasks[t].name,
-            evaluation.planners[j],
-            reason.split("; ")[0].split(", counting")[0].replace(TORCHREC_SAYS, ""),
-        ]
-        for (t, j), reason in sorted(evaluation.declined.items())
-    ]
-    if not rows:
-        return "## Declined tasks\n\nNone."
-    return "## Declined tasks\n\n```\n" + format_table(["task", "planner", "why"], rows) + "\n```"
-
-
-def milp_section(evaluation: Evaluation, milp_log: dict) -> str:
-    j = evaluation.planners.index("milp")
-    rows = []
-    for t, task in enumerate(evaluation.tasks):
-        r = milp_log[task.name]
-        measured = float(np.mean(evaluation.costs[:, t, j])) if r.placement else "-"
-        rows.append([task.name, r.status, r.gap, r.seconds, r.objective, measured])
-    return (
-        "## MILP on the cost network's single-table costs\n\nExact for the additive surrogate "
-        "only (the max over devices of the sum of each table's predicted cost alone); the real "
-        "cost is not additive, so its optimum bounds nothing measured.\n\n```\n"
-        + format_table(
-            ["task", "status", "gap", "seconds", "additive optimum ms", "measured mean ms"], rows
-        )
-        + "\n```"
-    )
-
-
-def search_section(evaluation: Evaluation, search_log: dict) -> str:
-    j = evaluation.planners.index(BEST_KNOWN)
-    rows = []
-    for t, task in enumerate(evaluation.tasks):
-        s = search_log[task.name]
-        means = evaluation.costs[:, t].mean(axis=0)
-        reference = "yes" if means[j] <= np.nanmin(means) else "no"  # ties: the same placement
-        rows.append(
-            [
-                task.name,
-                s["start"],
-                s["start_ms"],
-                s["steps"],
-                s["measured"],
-                s["search_ms"],
-                float(means[j]),
-                reference,
-            ]
-        )
-    return (
-        "## Best known: measured local search\n\nScreening: each distinct placement of the "
-        "other planners measured once; the search starts from the cheapest. 'search ms' is the "
-        "search's own best measurement, 'rounds ms' the mean of the independent interleaved "
-        "rounds (the gap is the winner's curse); 'reference' says whether it was the best "
-        "placement of the task in the rounds (else the cheaper planner's placement is the best "
-        "known).\n\n```\n"
-        + format_table(
-            [
-                "task",
-                "start",
-                "start ms",
-                "steps",
-                "measured",
-                "search ms",
-                "rounds ms",
-                "reference",
-            ],
-            rows,
-        )
-        + "\n```"
-    )
-
-
-def write_raw(evaluation: Evaluation, out: Path, extra: dict) -> None:
-    data = evaluation.to_dict() | extra
-    write_text_atomic(out.with_suffix(".json"), json.dumps(data, indent=1, default=str) + "\n")
-    csv_path = out.with_suffix(".csv")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["task", "planner", "round", "overall_ms"])
-        for t, task in enumerate(evaluation.tasks):
-            for j, planner in enumerate(evaluation.planners):
-                if evaluation.placements[t][j] is not None:
-                    for r in range(evaluation.costs.shape[0]):
-                        writer.writerow([task.name, planner, r, evaluation.costs[r, t, j]])
-
-
-def torchrec_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torchrec")
-    except PackageNotFoundError:
-        return "not installed"
 
 
 @dataclass
@@ -580,47 +257,6 @@ def fresh_dataset(args: argparse.Namespace) -> CostDataset:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     return CostDataset(path)
-
-
-def render(run: Run, args: argparse.Namespace, command: str) -> tuple[str, dict]:
-    """The markdown report, and the per-suite summaries for the JSON."""
-    evaluation = run.evaluation
-    views, sections, summaries, offset = {}, [], {}, 0
-    for name, suite_tasks in run.suites.items():
-        views[name] = suite_view(evaluation, list(range(offset, offset + len(suite_tasks))))
-        offset += len(suite_tasks)
-        text, summaries[name] = suite_section(name, views[name], run.model_suite)
-        sections.append(text)
-    phases = ", ".join(f"{k} {v / 60:.1f}" for k, v in run.seconds.items())
-    counts = ", ".join(f"{k} {v}" for k, v in run.measurements.items())
-    report = "\n\n".join(
-        [
-            f"# Planners compared on measured cost ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}; torchrec {torchrec_version()}. Backend "
-            f"{args.backend}: {run.notes['backend']}.",
-            f"Model: {run.notes['model']}. RNN: {run.notes['rnn']}. {args.tasks} held-out test "
-            f"task(s) per suite, {args.rounds} interleaved rounds over all {len(evaluation.tasks)} "
-            f"tasks and {len(evaluation.planners)} planners in one run; best known search budget "
-            f"{args.search_budget} measurements per task; MILP time limit {args.milp_seconds:g} s. "
-            f"Measurements: {counts}. Minutes: {phases}. Command: `{command}`.",
-            (
-                "Ratios paired within rounds: per task the geometric mean over rounds of cost /"
-                " reference, then the geometric mean over tasks (min-max over tasks; [k/n] "
-                "where a planner placed only k of n tasks). (a) the strongest fixed heuristic "
-                "of the suite (best mean cost), (b) the per-task best heuristic, (c) the best "
-                "known placement of the task (lowest mean cost in these rounds: the measured "
-                "search's result, or a planner's placement where that was cheaper). 'plan s': "
-                "planning time per task (best_known's includes its screening and search "
-                "measurements). Below 1 is better than the reference."
-            ),
-            headline(evaluation, views),
-            *sections,
-            declines_section(evaluation),
-            milp_section(evaluation, run.milp_log),
-            search_section(evaluation, run.search_log),
-        ]
-    )
-    return report, summaries
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -5,15 +5,19 @@ Plain functions over plain JSON: no Streamlit, no MLflow, so tests call them dir
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from dreamshard.evaluation.rounds import geometric_mean
+from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.tables.table import BYTES_PER_WEIGHT
 
 MIB = 2**20
+
+
+def cost_source(backend: str) -> str:
+    """How to call a backend's costs: "measured" on real kernels, else the backend's name."""
+    return "measured" if backend == "fbgemm" else backend
 
 
 def placement_tables(tables: list[dict], devices: list[int], precision: str) -> pd.DataFrame:
@@ -45,32 +49,31 @@ def planner_order(planners: list[str]) -> list[str]:
 def ratios_to_best_heuristic(evaluation: dict) -> pd.DataFrame:
     """task, planner, ratio: cost / the task's best heuristic, geometric mean over rounds.
 
-    The best heuristic of a task is the one with the lowest mean cost on it, compared round by
-    round (rounds are interleaved), as `dreamshard.evaluation.evaluate.Evaluation` does.
-    A planner that declined a task (no placement) has no row for it.
+    The ratios are `Evaluation.ratios("per_task_best_heuristic")`, the library's one
+    definition. A planner that declined a task (no placement) has no row for it; `picked` says
+    which candidate a picking planner chose (a heuristic's plan keeps the heuristic's name).
     """
-    rows = []
-    for task in evaluation["tasks"]:
-        results = {p: r for p, r in task["results"].items() if "declined" not in r}
-        heuristics = [p for p in results if p in HEURISTIC_KEYS]
-        if not heuristics:
-            continue
-        best = min(heuristics, key=lambda p: np.mean(results[p]["costs_ms"]))
-        reference = np.array(results[best]["costs_ms"])
-        for planner, result in results.items():
-            ratio = geometric_mean(np.array(result["costs_ms"]) / reference)
-            rows.append(
-                {
-                    "task": task["name"],
-                    "planner": planner,
-                    "ratio": float(ratio),
-                    "mean_cost_ms": float(np.mean(result["costs_ms"])),
-                    "best_heuristic": best,
-                }
-            )
-    return pd.DataFrame(
-        rows, columns=["task", "planner", "ratio", "mean_cost_ms", "best_heuristic"]
-    )
+    result = Evaluation.from_dict(evaluation)
+    columns = ["task", "planner", "ratio", "mean_cost_ms", "best_heuristic", "picked"]
+    if not result.heuristics:
+        return pd.DataFrame(columns=columns)
+    ratios = result.ratios("per_task_best_heuristic")
+    best = result.per_task_best(result.heuristics)
+    means = result.mean_costs()
+    rows = [
+        {
+            "task": task.name,
+            "planner": planner,
+            "ratio": float(ratios[t, j]),
+            "mean_cost_ms": float(means[t, j]),
+            "best_heuristic": best[t],
+            "picked": result.placements[t][j].candidate,
+        }
+        for t, task in enumerate(result.tasks)
+        for j, planner in enumerate(result.planners)
+        if result.placements[t][j] is not None
+    ]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def prediction_points(rows: list[dict]) -> pd.DataFrame:

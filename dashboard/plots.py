@@ -186,8 +186,10 @@ def compare_figure(ratios: pd.DataFrame, planners: list[str]) -> go.Figure:
     return fig
 
 
-def prediction_figure(points: pd.DataFrame) -> go.Figure:
-    """Predicted against measured overall cost, one point per placement, identity line."""
+def prediction_figure(points: pd.DataFrame, truth: str = "measured") -> go.Figure:
+    """Predicted against the true overall cost, one point per placement, identity line.
+
+    `truth` names where the true costs came from ("measured", or "simulated")."""
     overall = points[points["head"] == "overall"]
     fig = px.scatter(
         overall,
@@ -204,20 +206,20 @@ def prediction_figure(points: pd.DataFrame) -> go.Figure:
             x=[low, high],
             y=[low, high],
             mode="lines",
-            name="predicted = measured",
+            name=f"predicted = {truth}",
             line={"dash": "dash", "color": "grey"},
         )
     )
     fig.update_layout(
-        title="Overall cost: predicted vs measured",
+        title=f"Overall cost: predicted vs {truth}",
         margin={"t": 50},
-        xaxis={"title": "measured ms", "range": [low, high]},
+        xaxis={"title": f"{truth} ms", "range": [low, high]},
         yaxis={"title": "predicted ms", "range": [low, high], "scaleanchor": "x"},
     )
     return fig
 
 
-def error_figure(points: pd.DataFrame) -> go.Figure:
+def error_figure(points: pd.DataFrame, truth: str = "measured") -> go.Figure:
     """Distribution of the signed percentage error of each head."""
     fig = px.box(
         points.dropna(subset=["error_pct"]),
@@ -233,7 +235,7 @@ def error_figure(points: pd.DataFrame) -> go.Figure:
         title="Prediction error per head",
         showlegend=False,
         margin={"t": 50},
-        yaxis={"title": "(predicted − measured) / measured, %"},
+        yaxis={"title": f"(predicted − {truth}) / {truth}, %"},
     )
     return fig
 

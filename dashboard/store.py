@@ -221,7 +221,7 @@ def evaluation_label(item: dict) -> str:
     trained = f", trained on {item['trained_on']} (zero-shot)" if zero_shot else ""
     return (
         f"{item['suite']} · {item['start']:%Y-%m-%d %H:%M} · model v{item['candidate_version']}"
-        f"{trained} · {item['run_id'][:8]}"
+        f"{trained} · {item['evaluation'].get('backend', '?')} costs · {item['run_id'][:8]}"
     )
 
 

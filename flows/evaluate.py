@@ -12,7 +12,8 @@ from prefect import flow
 
 from dreamshard.costs.collect import Job
 from dreamshard.costs.dataset import CostDataset
-from dreamshard.evaluation.evaluate import Evaluation, evaluate, summary_table
+from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
+from dreamshard.evaluation.results import Evaluation
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.planners.dreamshard_planner import dreamshard_place
@@ -31,7 +32,7 @@ from flows.common import backend_for, measure_job, mlflow_run, publish, work_dir
 
 
 def model_planner(model, samples: int):
-    return lambda task: dreamshard_place(task, model, samples)
+    return lambda task, seed: dreamshard_place(task, model, samples, seed)
 
 
 def predictions(evaluation: Evaluation, model) -> list[dict]:
@@ -45,6 +46,7 @@ def predictions(evaluation: Evaluation, model) -> list[dict]:
                 {
                     "task": task.name,
                     "planner": planner,
+                    "candidate": placement.candidate,
                     "predicted_overall_ms": overall,
                     "measured_overall_ms": float(evaluation.costs[:, t, j].mean()),
                     "predicted_devices_ms": devices.tolist(),
@@ -58,7 +60,7 @@ def ratio_figure(evaluation: Evaluation):
     """Each planner's cost relative to the per-task best heuristic, one point per task."""
     import plotly.express as px
 
-    ratios = evaluation.ratios_to(evaluation.per_task_best_heuristic())
+    ratios = evaluation.ratios("per_task_best_heuristic")
     rows = [
         {"planner": p, "task": task.name, "ratio": float(ratios[t, j])}
         for t, task in enumerate(evaluation.tasks)
@@ -70,7 +72,7 @@ def ratio_figure(evaluation: Evaluation):
         y="ratio",
         points="all",
         hover_data=["task"],
-        title="measured cost / per-task best heuristic (lower is better)",
+        title=f"{evaluation.backend} cost / per-task best heuristic (lower is better)",
     )
     figure.add_hline(y=1.0, line_dash="dot")
     return figure
@@ -110,7 +112,7 @@ def evaluate_models(
     with mlflow_run("evaluate", suite, params, parent_run_id):
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
-        planners = {name: (lambda task, name=name: PLANNERS[name](task, 0)) for name in PLANNERS}
+        planners = dict(PLANNERS)
         planners["candidate"] = model_planner(candidate_model, samples)
         if champion is not None and champion != candidate["policy"]:
             champion_model = load_registered_model(f"models:/{POLICY_MODEL}@{CHAMPION}")
@@ -141,18 +143,20 @@ def evaluate_models(
             "eval.tasks": len(test_tasks),
             "eval.backend": backend,
             "eval.vs_strongest_heuristic": f"{mine['vs_strongest_heuristic']:.4f}",
-            "eval.vs_best_heuristic": f"{mine['vs_best_heuristic']:.4f}",
+            "eval.vs_per_task_best_heuristic": f"{mine['vs_per_task_best_heuristic']:.4f}",
+            "eval.costs": evaluation.costs_made,
         }
         for name in (POLICY_MODEL, COSTNET_MODEL):
             kind = "policy" if name == POLICY_MODEL else "costnet"
             set_alias(name, alias, candidate[kind])
             tag_version(name, candidate[kind], figures)
         for row in summary:
-            for key in ("vs_strongest_heuristic", "vs_best_heuristic", "mean_cost_ms"):
+            for key in ("vs_strongest_heuristic", "vs_per_task_best_heuristic", "mean_cost_ms"):
                 mlflow.log_metric(f"{row['planner']}.{key}", row[key])
         mlflow.set_tags(
             {
                 "strongest_heuristic": evaluation.strongest_heuristic(),
+                "costs": evaluation.costs_made,
                 "promoted": str(promote),
                 "alias": alias,
             }
@@ -169,7 +173,7 @@ def evaluate_models(
             f"evaluate-{suite}",
             f"Evaluation on {len(test_tasks)} held-out {suite} tasks, "
             f"{rounds} interleaved rounds, {backend}",
-            f"{table}\n\n{verdict}",
+            f"{table}\n\n{evaluation_note(evaluation)}\n\n{verdict}",
         )
     return {
         "summary": summary,

@@ -34,6 +34,7 @@ SUITES = ["cpu-12x2"]  # the model (so the RNN) is trained on cpu-16x3: the RNN 
 
 
 def load_script():
+    sys.path.insert(0, str(SCRIPT.parent))  # its sibling modules, as when run as a script
     spec = importlib.util.spec_from_file_location("compare_planners", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up

@@ -89,7 +89,8 @@ def test_runs_page_lists_every_flow_and_opens_a_run(store_env):
 def test_placement_explorer_shows_tables_costs_and_memory(store_env):
     at = open_page("placement")
     assert_clean(at)
-    assert titles(at) == ["Tables per device (height = memory)", "Measured cost per device"]
+    # the tiny pipeline runs on the simulated backend: no page may call its costs measured
+    assert titles(at) == ["Tables per device (height = memory)", "Simulated cost per device"]
     tables, costs = figures(at)
     assert len(values(tables["data"][0]["x"])) == 12  # a segment per table of the task
     assert [t["name"] for t in costs["data"]] == [
@@ -102,7 +103,7 @@ def test_placement_explorer_shows_tables_costs_and_memory(store_env):
     at.radio(key="placement_planner").set_value("size").run()
     at.selectbox(key="placement_task").set_value("cpu-12x2/test/1").run()
     assert_clean(at)
-    assert at.metric[0].label == "Measured cost per step"
+    assert at.metric[0].label == "Simulated cost per step"
 
 
 def test_compare_page_plots_ratios_to_the_best_heuristic(store_env):
@@ -119,7 +120,8 @@ def test_cost_model_page_compares_predictions_with_measurements(store_env):
     at = open_page("cost_model")
     assert_clean(at)
     scatter, errors = titles(at)
-    assert scatter == "Overall cost: predicted vs measured"
+    assert scatter == "Overall cost: predicted vs simulated"
+    assert set(at.dataframe[0].value["true costs"]) == {"simulated"}
     assert errors.startswith("Prediction error per head")
     accuracy = at.dataframe[0].value
     assert set(accuracy["head"]) == {"overall", "fwd_comp", "bwd_comm", "bwd_comp"}
@@ -131,7 +133,11 @@ def test_training_page_plots_loss_reward_and_dataset_growth(store_env):
     assert_clean(at)
     shown = titles(at)
     assert "Policy reward (minus predicted overall cost)" in shown
-    assert "Cost dataset growth (measured placements)" in shown
+    assert "Cost dataset growth (placements with a backend cost)" in shown
+    probe = figures(at)[shown.index("The greedy policy's placement of a probe task")]
+    legend = {trace["name"] for trace in probe["data"]}
+    assert any(name.endswith("· simulated") for name in legend), legend
+    assert not any("measured" in name for name in legend), legend
     reward = figures(at)[shown.index("Policy reward (minus predicted overall cost)")]
     assert len(values(reward["data"][0]["y"])) == 2 * 3  # iterations x policy updates
 

@@ -32,7 +32,8 @@ for item in found:
         zero_shot = item["trained_on"] != item["suite"]
         ratios["evaluation"] = (
             f"{item['suite']}{' (zero-shot)' if zero_shot else ''} · "
-            f"model v{item['candidate_version']} · {item['run_id'][:8]}"
+            f"model v{item['candidate_version']} · "
+            f"{frames.cost_source(item['evaluation'].get('backend', '?'))} · {item['run_id'][:8]}"
         )
         parts.append(ratios)
 ratios = pd.concat(parts, ignore_index=True)
@@ -40,10 +41,10 @@ order = frames.planner_order(list(dict.fromkeys(ratios["planner"])))
 
 st.plotly_chart(plots.compare_figure(ratios, order), width="stretch")
 st.caption(
-    "Each point is one held-out task: the planner's measured cost divided by the cost of "
-    "that task's best heuristic (geometric mean over interleaved rounds). Below 1 beats "
-    "every heuristic. candidate = the model version the run evaluated; champion = the "
-    "champion it was compared with."
+    "Each point is one held-out task: the planner's cost (measured on fbgemm kernels, or "
+    "simulated, as each panel says) divided by the cost of that task's best heuristic "
+    "(geometric mean over interleaved rounds). Below 1 beats every heuristic. candidate = "
+    "the model version the run evaluated; champion = the champion it was compared with."
 )
 
 summary = (
@@ -67,7 +68,7 @@ st.dataframe(
     column_config={
         "median": st.column_config.NumberColumn(format="%.3f"),
         "geometric_mean": st.column_config.NumberColumn(
-            "geometric mean", format="%.3f", help="As the pipeline's vs_best_heuristic"
+            "geometric mean", format="%.3f", help="As the pipeline's vs_per_task_best_heuristic"
         ),
         "worst": st.column_config.NumberColumn(format="%.3f"),
         "best_on_tasks": st.column_config.NumberColumn(

@@ -1,4 +1,4 @@
-"""Cost model: how well each registered cost network predicted the costs measured in evaluation."""
+"""Cost model: how well each registered cost network predicted the costs of its evaluation."""
 
 import pandas as pd
 import streamlit as st
@@ -27,6 +27,7 @@ for run_id, points in points_by_run.items():
     summary = frames.error_summary(points)
     summary.insert(0, "model version", f"v{item['candidate_version']}")
     summary.insert(1, "evaluated on", f"{item['suite']} · {run_id[:8]}")
+    summary.insert(2, "true costs", frames.cost_source(item["evaluation"].get("backend", "?")))
     rows.append(summary)
 st.dataframe(
     pd.concat(rows, ignore_index=True),
@@ -37,9 +38,10 @@ st.dataframe(
     },
 )
 st.caption(
-    "Each version's cost network (dreamshard-costnet) against the measured costs of every "
-    "planner's placements on the held-out tasks of its evaluation. Heads: the overall cost, "
-    "and per device forward compute, backward all-to-all and backward compute."
+    "Each version's cost network (dreamshard-costnet) against the costs of every planner's "
+    "placements on the held-out tasks of its evaluation: measured on fbgemm kernels, or "
+    "simulated (the 'true costs' column). Heads: the overall cost, and per device forward "
+    "compute, backward all-to-all and backward compute."
 )
 
 run_id = st.selectbox(
@@ -49,9 +51,10 @@ run_id = st.selectbox(
     format_func=lambda r: f"v{items[r]['candidate_version']} · " + store.evaluation_label(items[r]),
 )
 points = points_by_run[run_id]
+truth = frames.cost_source(items[run_id]["evaluation"].get("backend", "?"))
 scatter, errors = st.columns(2)
-scatter.plotly_chart(plots.prediction_figure(points), width="stretch")
-errors.plotly_chart(plots.error_figure(points), width="stretch")
+scatter.plotly_chart(plots.prediction_figure(points, truth), width="stretch")
+errors.plotly_chart(plots.error_figure(points, truth), width="stretch")
 
 held_out = store.flow_runs(uri, "train-cost-model")
 if not held_out.empty:
@@ -77,6 +80,6 @@ if not held_out.empty:
         },
     )
     st.caption(
-        "The fit's own check: trained on the first 80% of the measurements, scored on the "
-        "latest 20%."
+        "The fit's own check: trained on the first 80% of the cost dataset, scored on the "
+        "latest 20% (measured or simulated, as the run's backend)."
     )

@@ -28,15 +28,22 @@ if "declined" in result:
     st.stop()
 
 ratios = frames.ratios_to_best_heuristic(evaluation)
+source = frames.cost_source(evaluation["backend"])
+if result.get("candidate"):
+    reported = result.get("method", planner)
+    st.info(
+        f"{planner} picked this placement by its cost network: {result['candidate']}"
+        + (f" (reported as {reported})" if reported != planner else "")
+    )
 ratio = ratios[(ratios["task"] == task["name"]) & (ratios["planner"] == planner)]
 cap_mib = task["memory_cap_bytes"] / frames.MIB
 cost, versus, memory, plan = st.columns(4)
 cost.metric(
-    "Measured cost per step",
+    f"{source.capitalize()} cost per step",
     f"{np.mean(result['costs_ms']):.2f} ms",
     help=f"Mean over {len(result['costs_ms'])} interleaved rounds of the slowest "
-    f"device's fwd_comp + fwd_comm + bwd_comm + bwd_comp ({evaluation['backend']} "
-    "backend).",
+    f"device's fwd_comp + fwd_comm + bwd_comm + bwd_comp "
+    f"({evaluation.get('costs_made') or evaluation['backend'] + ' backend'}).",
 )
 if not ratio.empty:
     versus.metric(
@@ -52,12 +59,12 @@ tables = frames.placement_tables(task["tables"], result["placement"], task["prec
 pictures, costs = st.columns(2)
 pictures.plotly_chart(plots.tables_figure(tables, task["num_devices"], cap_mib), width="stretch")
 costs.plotly_chart(
-    plots.cost_figure(result["devices"], "Measured cost per device"),
+    plots.cost_figure(result["devices"], f"{source.capitalize()} cost per device"),
     width="stretch",
 )
 st.caption(
     f"{len(tables)} tables on {task['num_devices']} devices, {task['precision']} weights; costs "
-    f"are means over {len(result['costs_ms'])} measured rounds. "
+    f"are means over {len(result['costs_ms'])} interleaved rounds ({source}). "
     "A step waits for the slowest device, so the overall cost is its stacked total."
 )
 

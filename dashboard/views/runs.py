@@ -20,10 +20,11 @@ def key_numbers(row) -> str:
         )
     if row.flow == "train-policy" and "registered_version" in tags:
         return f"registered model v{tags['registered_version']}"
-    if row.flow == "evaluate" and "candidate.vs_best_heuristic" in m:
+    ratio = m.get("candidate.vs_per_task_best_heuristic", m.get("candidate.vs_best_heuristic"))
+    if row.flow == "evaluate" and ratio is not None:
         return (
-            f"candidate {m['candidate.vs_best_heuristic']:.3f}× the best heuristic; "
-            f"now {tags.get('alias', '?')}"
+            f"candidate {ratio:.3f}× the per-task best heuristic "
+            f"({row.params.get('backend', '?')} costs); now {tags.get('alias', '?')}"
         )
     return ""
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import plots, sections, store
+from dashboard import frames, plots, sections, store
 
 
 def curves(uri: str, run_ids: list[str], labels: dict, key: str) -> pd.DataFrame:
@@ -31,7 +31,12 @@ if policy_runs.empty:
     st.stop()
 
 labels = {
-    r.run_id: f"{r.suite} · v{r.tags.get('registered_version', '?')} · {r.run_id[:8]}"
+    r.run_id: f"{r.suite} · v{r.tags.get('registered_version', '?')} · "
+    f"{r.params.get('backend', '?')} costs · {r.run_id[:8]}"
+    for r in policy_runs.itertuples()
+}
+sources = {
+    labels[r.run_id]: frames.cost_source(r.params.get("backend", "?"))
     for r in policy_runs.itertuples()
 }
 chosen = st.multiselect(
@@ -82,7 +87,7 @@ if not history.empty:
             history,
             "iteration",
             "dataset_size",
-            "Cost dataset growth (measured placements)",
+            "Cost dataset growth (placements with a backend cost)",
             "iteration",
             "measurements",
         ),
@@ -93,11 +98,9 @@ if not history.empty:
         var_name="which",
         value_name="ms",
     )
-    probe["run"] = (
-        probe["run"]
-        + " · "
-        + probe["which"].map({"probe_predicted_ms": "predicted", "probe_backend_ms": "measured"})
-    )
+    truth = probe["run"].map(sources).fillna("backend")
+    which = probe["which"].map({"probe_predicted_ms": "predicted"}).fillna(truth)
+    probe["run"] = probe["run"] + " · " + which
     show(
         right,
         plots.curve_figure(

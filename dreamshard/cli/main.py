@@ -110,9 +110,10 @@ def cmd_place(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from dreamshard.cli.demo import run_demo
     from dreamshard.costs.backends import make_backend
+    from dreamshard.placement.suites import parse_suite_name
 
-    backend = make_backend(args.backend, args.iterations)
-    run_demo(args.suite, args.tasks, args.rounds, backend)
+    spec = parse_suite_name(args.suite, num_train_tasks=1, num_test_tasks=args.tasks)
+    run_demo(spec, args.rounds, make_backend(args.backend, args.iterations))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -23,3 +23,27 @@ def make_backend(
 
         return SimulatedBackend(topology="cpu-gloo" if topology == "auto" else topology)
     raise DreamshardError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def describe_costs(config: dict) -> str:
+    """How a backend's costs were made, in words: hardware, precision, communication."""
+    name = config.get("backend", "?")
+    if name == "fbgemm":
+        device = config.get("device", "?")
+        precision = "fp16" if device == "cuda" else "fp32"
+        topology = config.get("topology", "?")
+        comm = (
+            "all-to-all measured (torchrun)"
+            if topology == "measured"
+            else f"all-to-all modeled ({topology} topology)"
+        )
+        return (
+            f"fbgemm backend (measured): fused kernels timed on {device}, {precision} weights; "
+            f"{comm}"
+        )
+    if name == "simulated":
+        return (
+            "simulated backend (not measured): the analytic cost model fitted to fbgemm CPU "
+            f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
+        )
+    return f"{name} backend"

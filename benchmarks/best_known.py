@@ -1,0 +1,98 @@
+"""The best known placement of a task: every planner's placement screened, then measured search.
+
+Used by `compare_planners.py`. The search's own measurements never enter a ratio (the winner's
+curse): its result is measured again, with everything else, in the interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.search import costnet_scorer, local_search
+from dreamshard.progress import Progress
+
+SEARCH_BATCH = 64  # neighbours ranked by the cost network per batch ...
+SEARCH_SHORTLIST = 2  # ... of which this many are measured
+BEST_KNOWN = "best_known"
+
+
+class BestKnown:
+    """The best known placement of a task: screen the others' placements, then measured search.
+
+    `recorded(name, planner)` wraps every other planner so its placements are kept; `evaluate`
+    places a task with all planners in order, this one last, so they are all there.
+    """
+
+    def __init__(self, backend, model: DreamShardModel, budget: int, seed: int):
+        self.backend, self.model, self.budget, self.seed = backend, model, budget, seed
+        self.proposals: dict[str, dict[str, Placement]] = {}
+        self.log: dict[str, dict] = {}
+
+    def recorded(self, name: str, planner):
+        def plan(task: PlacementTask, seed: int) -> Placement:
+            placement = planner(task, seed)
+            self.proposals.setdefault(task.name, {})[name] = placement
+            return placement
+
+        return plan
+
+    def __call__(self, task: PlacementTask, seed: int = 0) -> Placement:
+        proposals = self.proposals[task.name]
+        unique = {p.devices: name for name, p in reversed(proposals.items())}  # first name wins
+        progress = Progress(len(unique) + self.budget, f"best known {task.name}")
+        known: dict[tuple[int, ...], float] = {}
+        rng = np.random.default_rng(self.seed)
+        for i in rng.permutation(len(unique)):
+            devices = list(unique)[i]
+            known[devices] = self.backend.measure(task, Placement(devices)).overall
+            progress.step(f"screening {unique[devices]}: {known[devices]:.2f} ms")
+        start = min(known, key=known.__getitem__)
+        scorer = MeasuredScorer(
+            self.backend, task, costnet_scorer(self.model, task), known, self.budget, progress
+        )
+        found = local_search(task, Placement(start), scorer, seed=self.seed, batch=SEARCH_BATCH)
+        progress.close()
+        self.log[task.name] = {
+            "start": unique[start],
+            "start_ms": known[start],
+            "steps": found.steps,
+            "measured": scorer.used,
+            "search_ms": found.cost,
+            "screened": len(unique),
+        }
+        return Placement(
+            found.placement.devices,
+            BEST_KNOWN,
+            f"{found.steps} measured search steps from {unique[start]}'s placement",
+        )
+
+
+class MeasuredScorer:
+    """A `local_search` scorer: real measurements, at most `budget`, on the cost network's picks.
+
+    Of each batch, the `SEARCH_SHORTLIST` placements with the lowest predicted cost are measured
+    (once each: `known` remembers); the rest score infinity, so only measured ones are accepted.
+    """
+
+    def __init__(self, backend, task, predict, known: dict, budget: int, progress: Progress):
+        self.backend, self.task, self.predict, self.known = backend, task, predict, known
+        self.budget, self.progress, self.used = budget, progress, 0
+
+    def __call__(self, placements: list[Placement]) -> list[float]:
+        costs = [self.known.get(p.devices, float("inf")) for p in placements]
+        if self.used >= self.budget:
+            return costs
+        fresh = [i for i, p in enumerate(placements) if p.devices not in self.known]
+        predicted = self.predict([placements[i] for i in fresh]) if fresh else []
+        for k in np.argsort(predicted, kind="stable")[:SEARCH_SHORTLIST]:
+            if self.used >= self.budget:
+                break
+            i = fresh[int(k)]
+            costs[i] = self.backend.measure(self.task, placements[i]).overall
+            self.known[placements[i].devices] = costs[i]
+            self.used += 1
+            best = min(self.known.values())
+            self.progress.step(f"search: {costs[i]:.2f} ms (best so far {best:.2f})")
+        return costs
