@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.simulated import SimulatedBackend
@@ -141,9 +142,10 @@ def main() -> None:
     backend.measure(*items[0])  # load fbgemm and fill the trace cache outside every figure
     sections = [
         f"# Measurement quality ({time.strftime('%Y-%m-%d')})",
-        f"Host: {hardware()}; versions: {versions()}; suite {args.suite}, fbgemm "
-        f"in process, {backend.timing.iterations} timed iterations after "
-        f"{backend.timing.warmup} warm-up.",
+        f"Host: {hardware()}; versions: {versions()}; suite {args.suite} "
+        f"({args.placements} test tasks, {args.rounds} interleaved rounds). Costs: "
+        f"{describe_costs(backend.config())}; {backend.timing.iterations} timed iterations "
+        f"after {backend.timing.warmup} warm-up.",
     ]
     for title, run in (
         (

@@ -33,14 +33,19 @@ class Job:
 
 
 def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Job]:
-    """`count` placements: task i % T, planners cycling through the mix, random seeds i."""
+    """`count` placements: task i % T, the mix's planners cycling across tasks, random seeds i.
+
+    Placement i goes to task i % T with planner (i + i // T) % M: the first T placements
+    already cycle through every planner of the mix, and each later pass over the tasks shifts
+    the cycle by one, so every task meets every planner in turn.
+    """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
     methods = MIXES[mix]
     tasks = suite.train_tasks
     for i in range(count):
         task = tasks[i % len(tasks)]
-        method = methods[(i // len(tasks)) % len(methods)]
+        method = methods[(i + i // len(tasks)) % len(methods)]
         try:
             yield Job(task, PLANNERS[method](task, i))
         except InfeasibleError:

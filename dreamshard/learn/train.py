@@ -200,7 +200,8 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
-    tasks = make_suite(spec).train_tasks
+    suite = make_suite(spec)
+    tasks = suite.train_tasks
     backend = make_backend(config.backend, config.measure_iterations)
     dataset = CostDataset(dataset_path(config))
     checkpoint = out / "checkpoint.pt"
@@ -209,9 +210,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         log(f"resuming after iteration {state.iteration} from {checkpoint}")
     elif config.warm_start:
         log(f"warm start: measuring {config.warm_start} heuristic and random placements")
-        collect(
-            list(collection_jobs(make_suite(spec), config.warm_start)), backend, dataset, spec.name
-        )
+        collect(list(collection_jobs(suite, config.warm_start)), backend, dataset, spec.name)
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
     probe_backend = backend if config.backend == "simulated" else None
