@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dreamshard.costs.comm import TOPOLOGIES, get_topology, modeled_comm, transfer_ms
+from dreamshard.costs.comm import get_topology, modeled_comm, transfer_ms
 from dreamshard.errors import DreamshardError
 
 
@@ -27,7 +27,12 @@ def test_forward_comm_absorbs_the_wait_for_the_slowest_device():
     assert (bwd_comm > 0).all()
 
 
-def test_topology_presets_and_unknown_names():
-    assert {"nvlink", "pcie", "network", "cpu-gloo"} <= set(TOPOLOGIES)
+def test_topology_presets_order_by_speed_and_unknown_names_are_refused():
+    # the same exchange is quickest on NVLink and slowest between gloo processes on a CPU
+    widths = np.array([256, 64, 128, 32])
+    names = ["nvlink", "pcie", "network", "cpu-gloo"]
+    times = [transfer_ms(widths, 4096, get_topology(name)) for name in names]
+    for faster, slower in zip(times, times[1:]):
+        assert (faster < slower).all()
     with pytest.raises(DreamshardError, match="unknown topology"):
         get_topology("carrier-pigeon")

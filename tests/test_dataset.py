@@ -11,6 +11,8 @@ import pytest
 from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.costs.fbgemm import FbgemmBackend
+from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
+from dreamshard.costs.types import COST_TERMS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from gpu_tasks.tbe import TimingConfig
 from tests.conftest import SCRIPT
@@ -35,8 +37,25 @@ def test_records_round_trip_and_pandas_reads_them(suite, tmp_path):
     row = dataset.rows()[0]
     task, placement = record_task(row)
     assert task == jobs[0].task and placement.devices == jobs[0].placement.devices
-    costs = record_costs(row)
-    assert row["overall"] == pytest.approx(max(sum(list(c.values())[:4]) for c in costs))
+    assert len(record_costs(row)) == task.num_devices
+
+
+def test_stored_costs_are_what_the_backend_measured(suite, tmp_path):
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    backend = SimulatedBackend(SimulatedModel.load(DEFAULT_PATH))  # deterministic
+    jobs = list(collection_jobs(suite, 4))
+    collect(jobs, backend, dataset, "cpu-12x2")
+    rows = dataset.rows()
+    assert len(rows) == len(jobs)
+    for row, job in zip(rows, jobs):
+        task, placement = record_task(row)
+        assert task == job.task and placement.devices == job.placement.devices
+        cost = backend.measure(job.task, job.placement)
+        stored = record_costs(row)
+        assert [[c[t] for t in COST_TERMS] for c in stored] == [
+            list(d.terms()) for d in cost.devices
+        ]
+        assert row["overall"] == cost.overall
 
 
 def test_rerun_skips_what_is_stored(suite, tmp_path):

@@ -5,10 +5,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
-from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.costnet import DEVICE_TERMS, CostNet
 from dreamshard.learn.costnet_data import load_examples
 from dreamshard.learn.costnet_fit import costnet_errors
 from dreamshard.learn.model_file import DreamShardModel, load_model, model_state, save_model
@@ -105,11 +106,36 @@ def test_model_files_round_trip_to_identical_placements(trained, tmp_path):
 
 def test_cost_network_reports_its_errors(trained):
     config, model = trained
-    examples = load_examples(CostDataset(f"{config.out}/costs.sqlite"))
+    dataset = CostDataset(f"{config.out}/costs.sqlite")
+    examples = load_examples(dataset)
     errors = costnet_errors(model.costnet, examples)
-    assert 0 <= errors["overall_mape"] < 1 and -1 <= errors["overall_spearman"] <= 1
-    for term in ("fwd_comp", "bwd_comm", "bwd_comp"):
-        assert np.isfinite(errors[f"{term}_mae_ms"])
+    # the same figures another way: each stored placement predicted alone, in ms
+    overall_pred, overall_true, device_pred, device_true = [], [], [], []
+    for row in dataset.rows(status="ok"):
+        task, placement = record_task(row)
+        per_device, overall = model.costnet.predict_ms(task, placement)
+        overall_pred.append(overall)
+        overall_true.append(row["overall"])
+        device_pred.append(per_device)
+        device_true.append([[c[t] for t in DEVICE_TERMS] for c in record_costs(row)])
+    overall_pred, overall_true = np.array(overall_pred), np.array(overall_true)
+    miss = np.abs(overall_pred - overall_true)
+    assert errors["overall_mae_ms"] == pytest.approx(miss.mean(), rel=1e-4)
+    assert errors["overall_mape"] == pytest.approx((miss / overall_true).mean(), rel=1e-4)
+    spearman = stats.spearmanr(overall_pred, overall_true).statistic
+    assert errors["overall_spearman"] == pytest.approx(spearman, abs=1e-3)
+    device_pred, device_true = np.concatenate(device_pred), np.concatenate(device_true)
+    for k, term in enumerate(DEVICE_TERMS):
+        keep = device_true[:, k] > 1e-6  # an empty device runs no kernel
+        miss = np.abs(device_pred[keep, k] - device_true[keep, k])
+        assert errors[f"{term}_mae_ms"] == pytest.approx(miss.mean(), rel=1e-4)
+        assert errors[f"{term}_mape"] == pytest.approx((miss / device_true[keep, k]).mean(), 1e-4)
+    # and fitting taught it something: untrained networks on the same scale are far off
+    for seed in range(3):
+        torch.manual_seed(seed)
+        fresh = CostNet()
+        fresh.scale.fill_(float(model.costnet.scale))
+        assert errors["overall_mape"] < 0.5 * costnet_errors(fresh, examples)["overall_mape"]
 
 
 def test_a_run_repeats_exactly_and_resumes_after_a_crash(tmp_path):

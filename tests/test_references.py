@@ -41,7 +41,7 @@ def test_the_milp_finds_the_brute_force_optimum_within_memory(task, raw_costs):
         return
     assert result.status == "optimal" and is_legal(task, result.placement)
     assert result.objective == pytest.approx(optimum, rel=1e-6, abs=1e-9)
-    assert result.bound <= result.objective and result.gap <= 1e-6
+    assert result.gap <= 1e-6  # HiGHS's own bound proves it optimal
     assert lower_bounds(table_costs, task.num_devices).best <= optimum + 1e-9
 
 
@@ -77,8 +77,14 @@ def test_a_larger_task_reports_its_time_limit_and_gap():
     table_costs = rng.uniform(1, 100, 24)
     result = solve_milp(task, table_costs, time_limit_s=0.5)
     assert result.status in ("optimal", "time_limit") and is_legal(task, result.placement)
-    assert 0 <= result.gap < 1 and result.bound <= result.objective
     assert result.bound >= lower_bounds(table_costs, 4).best * (1 - 1e-9)
+    # the bound is a bound: no legal placement, whoever made it, beats it
+    for method in PLANNERS:
+        for seed in range(3):
+            value = additive_makespan(table_costs, place(task, method, seed), 4)
+            assert result.bound <= value * (1 + 1e-9)
+    if result.status == "optimal":
+        assert result.gap <= 1e-4  # HiGHS's default relative gap
 
 
 def test_infeasible_tasks_are_reported_not_placed():
