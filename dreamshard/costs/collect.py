@@ -33,23 +33,31 @@ class Job:
 
 
 def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Job]:
-    """`count` placements: task i % T, the mix's planners cycling across tasks, random seeds i.
+    """`count` distinct placements of the suite's training tasks, heuristics and random mixed.
 
-    Placement i goes to task i % T with planner (i + i // T) % M: the first T placements
-    already cycle through every planner of the mix, and each later pass over the tasks shifts
-    the cycle by one, so every task meets every planner in turn.
+    Attempt i goes to task i % T with planner (i + i // T) % M and random seed i: the first T
+    attempts already cycle through every planner of the mix, and each later pass over the
+    tasks shifts the cycle by one, so every task meets every planner in turn. A placement that
+    another planner already proposed for the same task is skipped (two heuristics often agree),
+    so `count` placements are all worth measuring; at most 10 x `count` attempts are made.
     """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
     methods = MIXES[mix]
     tasks = suite.train_tasks
-    for i in range(count):
+    seen: set[tuple[str, tuple[int, ...]]] = set()
+    for i in range(10 * count):
+        if len(seen) == count:
+            return
         task = tasks[i % len(tasks)]
         method = methods[(i + i // len(tasks)) % len(methods)]
         try:
-            yield Job(task, PLANNERS[method](task, i))
+            placement = PLANNERS[method](task, i)
         except InfeasibleError:
             continue
+        if (task.name, placement.devices) not in seen:
+            seen.add((task.name, placement.devices))
+            yield Job(task, placement)
 
 
 @dataclass
