@@ -153,6 +153,8 @@ def evaluate_models(
         for row in summary:
             for key in ("vs_strongest_heuristic", "vs_per_task_best_heuristic", "mean_cost_ms"):
                 mlflow.log_metric(f"{row['planner']}.{key}", row[key])
+            if row["picked"]:  # which candidates the cost network picked (policy or heuristic)
+                mlflow.set_tag(f"{row['planner']}.picked", row["picked"])
         mlflow.set_tags(
             {
                 "strongest_heuristic": evaluation.strongest_heuristic(),

@@ -103,6 +103,10 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
     evaluation = client.list_artifacts(by_flow["evaluate"].info.run_id)
     assert {"evaluation.json", "predictions.json"} <= {a.path for a in evaluation}
     assert by_flow["evaluate"].data.metrics["size_lookup.mean_cost_ms"] > 0
+    tags = by_flow["evaluate"].data.tags
+    assert tags["costs"].startswith("simulated backend (not measured)")
+    picked = tags["candidate.picked"]  # e.g. "policy 1, lookup 1": one per held-out task
+    assert sum(int(part.rsplit(" ", 1)[1]) for part in picked.split(", ")) == 2, picked
     version = client.get_model_version_by_alias("dreamshard-policy", "champion")
     assert version.tags["suite"] == "cpu-12x2"
     assert client.get_model_version_by_alias("dreamshard-costnet", "champion")
