@@ -20,6 +20,15 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one line a refused command prints: exit code 2, no traceback, the message."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dreamshard: error: "), result.stderr
+    return lines[0].removeprefix("dreamshard: error: ")
+
+
 @pytest.fixture
 def cli():
     assert SCRIPT.exists(), f"the dreamshard console script is not installed at {SCRIPT}"

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from tests.conftest import error_line
+
 
 @pytest.fixture
 def plan(cli, tmp_path):
@@ -75,6 +77,42 @@ def test_bad_plans_are_refused_before_measuring(cli, plan, edit, words):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda p: p.pop("num_devices"), "num_devices is missing"),
+        (lambda p: p.update(num_devices="two"), "num_devices 'two' is not an integer"),
+        (lambda p: p.update(memory_cap_bytes=-5), "memory_cap_bytes must be positive, got -5"),
+        (lambda p: p.update(precision="int8"), "precision must be 'fp32' or 'fp16', got 'int8'"),
+        (lambda p: p.update(version=2), "version must be 1, got 2"),
+        (lambda p: p["placement"].update({"t0001": "1"}), "placement.t0001 '1' is not an integer"),
+        (
+            lambda p: p["placement"].update({"t0001": 2}),
+            "placement.t0001 is device 2, outside 0..1 (num_devices 2)",
+        ),
+        (
+            lambda p: p["placement"].update({"ghost": 0}),
+            "placement names unknown table ghost (1 in all); "
+            "it must place exactly the tables of the table file",
+        ),
+    ],
+)
+def test_malformed_plan_files_are_one_line_naming_the_field(cli, plan, edit, problem):
+    tables, plan_path = plan
+    data = json.loads(plan_path.read_text())
+    edit(data)
+    plan_path.write_text(json.dumps(data))
+    result = cli("measure", "--tables", str(tables), "--plan", str(plan_path))
+    assert error_line(result) == f"{plan_path}: {problem}"
+
+
+def test_unreadable_plan_json_is_one_line(cli, plan):
+    tables, plan_path = plan
+    plan_path.write_text('{"num_devices": 2,')
+    result = cli("measure", "--tables", str(tables), "--plan", str(plan_path))
+    assert error_line(result).startswith(f"cannot read plan file {plan_path}: ")
 
 
 def test_collect_then_calibrate(cli, tmp_path):

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from dreamshard.errors import DreamshardError
@@ -11,6 +13,7 @@ from dreamshard.placement.suites import (
     split_pool,
 )
 from dreamshard.placement.tasks import is_legal
+from tests.conftest import error_line
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +72,28 @@ def test_bad_suite_file(tmp_path):
         load_suite(tmp_path / "s.json")
     with pytest.raises(DreamshardError, match="does not exist"):
         load_suite(tmp_path / "none.json")
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (
+            lambda s: s["train"][0].update(memory_cap_bytes="lots"),
+            "train.0.memory_cap_bytes 'lots' is not an integer",
+        ),
+        (lambda s: s["spec"].update(num_devices=-2), "spec.num_devices must be positive, got -2"),
+        (lambda s: s["tables"][1].pop("rows"), "tables.1.rows is missing"),
+        (lambda s: s.update(test={}), "test must be a list, got dict"),
+        (
+            lambda s: s["test"][0]["tables"].append("ghost"),
+            "test.0.tables names table 'ghost', not in the file's tables",
+        ),
+    ],
+)
+def test_malformed_suite_files_are_one_line_naming_the_field(cli, tmp_path, edit, problem):
+    path = tmp_path / "suite.json"
+    save_suite(make_suite(parse_suite_name("cpu-10x2", 2, 1)), path)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    assert error_line(cli("suite", "show", str(path))) == f"{path}: {problem}"

@@ -10,6 +10,7 @@ from dreamshard.tables.dlrm_data import read_dataset_trace
 from dreamshard.tables.sources import load_tables, save_tables
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import DEFAULT_HISTOGRAM, table_from_trace
+from tests.conftest import error_line
 
 BINS = ",".join(f"bin_{j}" for j in range(17))
 
@@ -64,6 +65,40 @@ def test_bad_csv_names_the_problem(tmp_path, content, words):
     path.write_text(content)
     with pytest.raises(DreamshardError, match=words):
         load_tables(path)
+
+
+HEADER = "name,rows,dim,pooling_factor"
+
+
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("spec.csv", f"{HEADER}\na,-10,4,1\n", "spec.csv line 2: rows must be positive, got '-10'"),
+        ("spec.csv", "name,rows,pooling_factor\na,10,1\n", "spec.csv: missing column dim"),
+        ("spec.csv", f"{HEADER}\na,10,,1\n", "spec.csv line 2: dim is missing"),
+        ("spec.csv", f"{HEADER}\na,10,4,1\nb,10,4,-1\n", "spec.csv line 3: pooling_factor"),
+        ("spec.csv", f"{HEADER},{BINS}\na,10,4,1,-1{',1' * 16}\n", "bin_0 must not be negative"),
+        (
+            "spec.json",
+            '[{"name": "a", "rows": 10, "pooling_factor": 1}]',
+            "table 0: dim is missing",
+        ),
+        ("spec.json", '[{"name": "a", "rows": [], "dim": 4, "pooling_factor": 1}]', "rows [] is"),
+        ("spec.json", '{"tables": [{"name": "a", "rows": 10, "dim": 4', "is not valid JSON"),
+    ],
+)
+def test_malformed_table_specs_are_one_line_and_write_nothing(
+    cli, tmp_path, name, content, problem
+):
+    spec = tmp_path / name
+    spec.write_text(content)
+    plan = tmp_path / "plan.json"
+    result = cli(
+        "place", "--tables", str(spec), "--devices", "2", "--mem-gb", "1", "--out", str(plan)
+    )
+    line = error_line(result)
+    assert line.startswith(str(spec)) and problem in line
+    assert list(tmp_path.iterdir()) == [spec]
 
 
 def test_missing_and_unknown_files(tmp_path):

@@ -45,15 +45,12 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
     plan = read_plan(args.plan)
     tables = load_table_source(args)
+    where = str(args.plan)
     task = PlacementTask(
-        tuple(tables),
-        int(plan["num_devices"]),
-        int(plan["memory_cap_bytes"]),
-        plan.get("precision", "fp16"),
-        str(args.plan),
+        tuple(tables), plan.num_devices, plan.memory_cap_bytes, plan.precision, where
     )
     task.validate()
-    placement = placement_from_plan(task, plan)
+    placement = placement_from_plan(task, plan, where)
     backend = _backend(args)
     cost = backend.measure(task, placement)
     if args.json:

@@ -1,13 +1,17 @@
-"""The plan file: a placement written for people and programs, and read back against a task."""
+"""The plan file: a placement written for people and programs, and read back against a task
+(checked by a pydantic model, `PlanFile`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.errors import DreamshardError
-from dreamshard.files import read_json, write_json_atomic
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, device_memory
+from dreamshard.files import read_json, validate, write_json_atomic
+from dreamshard.placement.tasks import Placement, PlacementTask, device_memory, placement_problem
+from dreamshard.tables.table import BYTES_PER_WEIGHT
 
 PLAN_FORMAT = "dreamshard-plan"
 
@@ -40,29 +44,68 @@ def write_plan(task: PlacementTask, placement: Placement, path: str | Path) -> N
     write_json_atomic(path, plan_to_dict(task, placement))
 
 
-def read_plan(path: str | Path) -> dict[str, Any]:
-    data = read_json(path, "plan file")
-    if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
-        raise DreamshardError(f"{path} is not a plan: it has no 'placement' object")
-    return data
+class DeviceRecord(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    device: int = Field(ge=0)
+    tables: list[str]
+    memory_bytes: int = Field(ge=0)
 
 
-def placement_from_plan(task: PlacementTask, plan: dict[str, Any]) -> Placement:
-    """The plan's placement for `task`, refused unless it places exactly its tables legally."""
-    mapping = plan["placement"]
+class PlanFile(BaseModel):
+    """A plan file as `plan_to_dict` writes it (other keys are ignored). JSON types are exact:
+    a count written as "2" or 2.0 is refused, so is a device written as true."""
+
+    model_config = ConfigDict(strict=True)
+
+    format: Literal[PLAN_FORMAT]
+    version: Literal[1]
+    method: str = ""
+    candidate: str = ""
+    task: str = ""
+    num_devices: int = Field(gt=0)
+    memory_cap_bytes: int = Field(gt=0)
+    precision: Literal[*BYTES_PER_WEIGHT] = "fp16"
+    placement: dict[str, Annotated[int, Field(ge=0)]]
+    devices: list[DeviceRecord] = []
+
+
+def read_plan(path: str | Path) -> PlanFile:
+    """A plan file, checked field by field (DreamshardError naming the file and the field)."""
+    return validate(PlanFile, read_json(path, "plan file"), str(path))
+
+
+def placement_from_plan(
+    task: PlacementTask, plan: PlanFile | dict[str, Any], where: str = "the plan"
+) -> Placement:
+    """The plan's placement for `task`, refused unless it places exactly its tables legally.
+
+    `where` (the plan file's name) begins every error message.
+    """
+    if not isinstance(plan, PlanFile):
+        plan = validate(PlanFile, plan, where)
+    mapping = plan.placement
     names = [t.name for t in task.tables]
     unknown = sorted(set(mapping) - set(names))
     if unknown:
-        raise DreamshardError(f"the plan names unknown table {unknown[0]} ({len(unknown)} in all)")
+        raise DreamshardError(
+            f"{where}: placement names unknown table {unknown[0]} ({len(unknown)} in all); "
+            "it must place exactly the tables of the table file"
+        )
     missing = [n for n in names if n not in mapping]
     if missing:
-        raise DreamshardError(f"the plan misses table {missing[0]} ({len(missing)} in all)")
-    devices = []
+        raise DreamshardError(
+            f"{where}: placement misses table {missing[0]} ({len(missing)} in all); "
+            "it must place exactly the tables of the table file"
+        )
     for name in names:
-        d = mapping[name]
-        if not isinstance(d, int) or isinstance(d, bool):
-            raise DreamshardError(f"the plan puts table {name} on {d!r}, not a device index")
-        devices.append(d)
-    placement = Placement(tuple(devices), method=str(plan.get("method", "")))
-    check_legal(task, placement)
+        if mapping[name] >= task.num_devices:
+            raise DreamshardError(
+                f"{where}: placement.{name} is device {mapping[name]}, "
+                f"outside 0..{task.num_devices - 1} (num_devices {task.num_devices})"
+            )
+    placement = Placement(tuple(mapping[n] for n in names), method=plan.method)
+    problem = placement_problem(task, placement)
+    if problem:
+        raise DreamshardError(f"{where}: illegal placement: {problem}")
     return placement

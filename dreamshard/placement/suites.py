@@ -13,21 +13,22 @@ greedy keys that ignore memory must give way.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.files import write_json_atomic
+from dreamshard.files import read_json, validate, write_json_atomic
 from dreamshard.placement.heuristics import greedy_place
 from dreamshard.placement.tasks import PlacementTask
-from dreamshard.tables.sources import table_from_record, table_to_dict
+from dreamshard.tables.sources import TableRecord, table_to_dict
 from dreamshard.tables.synthetic import generate_tables, get_profile
-from dreamshard.tables.table import Table
+from dreamshard.tables.table import BYTES_PER_WEIGHT, Table
 
 POOL_SIZE = 856  # as many tables as the public data set
 MEMORY_SLACK = (1.05, 1.5)
@@ -140,31 +141,66 @@ def save_suite(suite: Suite, path: str | Path) -> None:
     )
 
 
+class SpecRecord(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    profile: str
+    num_tables: int = Field(gt=0)
+    num_devices: int = Field(gt=0)
+    num_train_tasks: int = Field(ge=0)
+    num_test_tasks: int = Field(ge=0)
+    pool_size: int = Field(gt=0)
+    pool_seed: int
+
+
+class TaskRecord(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    num_devices: int = Field(gt=0)
+    memory_cap_bytes: int = Field(gt=0)
+    precision: Literal[*BYTES_PER_WEIGHT]
+    tables: list[str] = Field(min_length=1)
+
+
+class SuiteFile(BaseModel):
+    """A suite file as `save_suite` writes it: tables once, tasks by table name."""
+
+    format: Literal[SUITE_FORMAT]
+    version: Literal[1]
+    spec: SpecRecord
+    tables: list[TableRecord]
+    train: list[TaskRecord]
+    test: list[TaskRecord]
+
+
 def load_suite(path: str | Path) -> Suite:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-        if data.get("format") != SUITE_FORMAT:
-            raise DreamshardError(f"{path} is not a dreamshard suite file")
-        tables = {
-            r["name"]: table_from_record(r, f"{path} table {r['name']}") for r in data["tables"]
-        }
-
-        def task(d: dict) -> PlacementTask:
-            return PlacementTask(
-                tuple(tables[n] for n in d["tables"]),
-                d["num_devices"],
-                d["memory_cap_bytes"],
-                d["precision"],
-                d["name"],
-            )
-
-        return Suite(
-            SuiteSpec(**data["spec"]),
-            tuple(task(d) for d in data["train"]),
-            tuple(task(d) for d in data["test"]),
+    """A saved suite, checked field by field (DreamshardError naming the file and the field)."""
+    data = read_json(path, "suite file")
+    if not isinstance(data, dict) or data.get("format") != SUITE_FORMAT:
+        raise DreamshardError(
+            f"{path} is not a dreamshard suite file: its format must be {SUITE_FORMAT!r}"
         )
-    except FileNotFoundError:
-        raise DreamshardError(f"suite file {path} does not exist") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DreamshardError(f"cannot read suite file {path}: {exc}") from None
+    suite = validate(SuiteFile, data, str(path))
+    tables = {record.name: record.to_table() for record in suite.tables}
+
+    def task(part: str, i: int, record: TaskRecord) -> PlacementTask:
+        unknown = [n for n in record.tables if n not in tables]
+        if unknown:
+            raise DreamshardError(
+                f"{path}: {part}.{i}.tables names table {unknown[0]!r}, not in the file's tables"
+            )
+        return PlacementTask(
+            tuple(tables[n] for n in record.tables),
+            record.num_devices,
+            record.memory_cap_bytes,
+            record.precision,
+            record.name,
+        )
+
+    return Suite(
+        SuiteSpec(**suite.spec.model_dump()),
+        tuple(task("train", i, r) for i, r in enumerate(suite.train)),
+        tuple(task("test", i, r) for i, r in enumerate(suite.test)),
+    )

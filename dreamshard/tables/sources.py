@@ -5,15 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic_core import PydanticCustomError
 
 from dreamshard.errors import DreamshardError
-from dreamshard.files import write_json_atomic, write_text_atomic
-from dreamshard.tables.table import DEFAULT_HISTOGRAM, NUM_BINS, Table, TraceRef, validate_table
+from dreamshard.files import validate, write_json_atomic, write_text_atomic
+from dreamshard.tables.table import DEFAULT_HISTOGRAM, NUM_BINS, Table, TraceRef
 
 REQUIRED_COLUMNS = ("name", "rows", "dim", "pooling_factor")
 BIN_COLUMNS = tuple(f"bin_{j}" for j in range(NUM_BINS))
@@ -33,59 +35,89 @@ def table_to_dict(table: Table) -> dict[str, Any]:
     return data
 
 
-def _number(value: Any, column: str, where: str, integer: bool, positive: bool = True) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise DreamshardError(f"{where}: {column} {value!r} is not a number") from None
-    if not math.isfinite(number) or (positive and number <= 0):
-        raise DreamshardError(f"{where}: {column} must be positive, got {value!r}")
-    if integer and number != int(number):
-        raise DreamshardError(f"{where}: {column} must be a whole number, got {value!r}")
-    return number
+def _whole(value: float) -> int:
+    if value != int(value):
+        raise PydanticCustomError("whole", "must be a whole number, got {value}", {"value": value})
+    return int(value)
 
 
-def _histogram(values: Sequence[Any], where: str) -> tuple[float, ...]:
-    """Bin values as fractions; counts are accepted and normalised."""
-    numbers = [_number(v, f"bin_{j}", where, False, positive=False) for j, v in enumerate(values)]
-    if any(n < 0 for n in numbers) or sum(numbers) <= 0:
-        raise DreamshardError(f"{where}: histogram bins must be non-negative and not all zero")
-    total = sum(numbers)
-    if abs(total - 1.0) < 1e-9:  # already fractions: keep them bit for bit
-        return tuple(numbers)
-    return tuple(n / total for n in numbers)
+PositiveWhole = Annotated[float, Field(gt=0), AfterValidator(_whole)]
+Fraction = Annotated[float, Field(ge=0)]  # a histogram bin: a fraction or a count
 
 
-def table_from_record(record: dict[str, Any], where: str) -> Table:
-    """A table from one spec record (CSV row or JSON object), validated."""
-    missing = [c for c in REQUIRED_COLUMNS if record.get(c) in (None, "")]
-    if missing:
-        raise DreamshardError(f"{where}: missing {', '.join(missing)}")
-    if "histogram" in record:
-        if len(record["histogram"]) != NUM_BINS:
-            raise DreamshardError(f"{where}: histogram needs {NUM_BINS} values")
-        histogram = _histogram(record["histogram"], where)
-    elif any(record.get(c) not in (None, "") for c in BIN_COLUMNS):
-        absent = [c for c in BIN_COLUMNS if record.get(c) in (None, "")]
-        if absent:
-            raise DreamshardError(f"{where}: histogram given without {', '.join(absent)}")
-        histogram = _histogram([record[c] for c in BIN_COLUMNS], where)
-    else:
-        histogram = DEFAULT_HISTOGRAM
-    trace = TraceRef(**record["trace"]) if isinstance(record.get("trace"), dict) else None
-    table = Table(
-        name=str(record["name"]).strip(),
-        rows=int(_number(record["rows"], "rows", where, integer=True)),
-        dim=int(_number(record["dim"], "dim", where, integer=True)),
-        pooling_factor=_number(record["pooling_factor"], "pooling_factor", where, integer=False),
-        histogram=histogram,
-        trace=trace,
+class TraceRecord(BaseModel):
+    """Where a table's trace comes from (`TraceRef`)."""
+
+    kind: str
+    index: int = Field(ge=0)
+    batch_size: int = Field(gt=0)
+    profile: str = ""
+    seed: int = 0
+    path: str = ""
+
+
+class TableFields(BaseModel):
+    """One table of a spec: a CSV row or a JSON object. Numbers may be written as text (CSV);
+    empty cells count as absent; other keys are ignored. TableRecord adds bin_0..bin_16."""
+
+    model_config = ConfigDict(
+        coerce_numbers_to_str=True, str_strip_whitespace=True, allow_inf_nan=False
     )
-    try:
-        validate_table(table)
-    except DreamshardError as exc:
-        raise DreamshardError(f"{where}: {exc}") from None
-    return table
+
+    name: str = Field(min_length=1)
+    rows: PositiveWhole
+    dim: Annotated[PositiveWhole, Field(multiple_of=4)]  # fbgemm needs it
+    pooling_factor: float = Field(gt=0)
+    histogram: list[Fraction] | None = Field(None, min_length=NUM_BINS, max_length=NUM_BINS)
+    trace: TraceRecord | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_empty(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        cells = {k: v.strip() if isinstance(v, str) else v for k, v in data.items()}
+        return {k: v for k, v in cells.items() if isinstance(k, str) and v not in (None, "")}
+
+    @model_validator(mode="after")
+    def _complete_histogram(self) -> TableFields:
+        absent = [c for c in BIN_COLUMNS if getattr(self, c, None) is None]
+        if 0 < len(absent) < NUM_BINS:
+            raise PydanticCustomError(
+                "bins", "histogram given without {absent}", {"absent": ", ".join(absent)}
+            )
+        bins = self.bins()
+        if bins is not None and sum(bins) <= 0:
+            raise PydanticCustomError("bins", "histogram bins are all zero")
+        return self
+
+    def bins(self) -> list[float] | None:
+        if self.histogram is not None:
+            return self.histogram
+        given = [getattr(self, c, None) for c in BIN_COLUMNS]
+        return None if None in given else given
+
+    def to_table(self) -> Table:
+        """The table; histogram counts become fractions (fractions are kept bit for bit)."""
+        bins = self.bins()
+        if bins is None:
+            histogram = DEFAULT_HISTOGRAM
+        elif abs(sum(bins) - 1.0) < 1e-9 and max(bins) <= 1.0:
+            histogram = tuple(bins)
+        else:
+            histogram = tuple(n / sum(bins) for n in bins)
+        trace = TraceRef(**self.trace.model_dump()) if self.trace else None
+        return Table(self.name, self.rows, self.dim, self.pooling_factor, histogram, trace)
+
+
+TableRecord = create_model(
+    "TableRecord", __base__=TableFields, **{c: (Fraction | None, None) for c in BIN_COLUMNS}
+)
+
+
+def table_from_record(record: Any, where: str) -> Table:
+    """A table from one spec record (CSV row or JSON object), validated as a TableRecord."""
+    return validate(TableRecord, record, where).to_table()
 
 
 def _read_text(path: Path) -> str:
