@@ -138,3 +138,24 @@ def test_every_package_says_what_it_holds_and_may_import():
     for init in PACKAGE.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert "May import" in doc or "may import" in doc, init
+
+
+def test_old_module_paths_still_import_with_a_warning():
+    import importlib
+    import sys
+    import warnings
+
+    from dreamshard._moved import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        warned = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert any(new in str(w.message) for w in warned), old
+    # the README's example, as written before the move
+    from dreamshard.synthetic import generate_tables
+
+    assert len(generate_tables("dlrm", 3, seed=0)) == 3
