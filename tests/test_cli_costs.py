@@ -4,6 +4,11 @@ import json
 
 import pytest
 
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.types import COST_TERMS
+from dreamshard.placement.plan_file import placement_from_plan, read_plan
+from dreamshard.placement.tasks import PlacementTask
+from dreamshard.tables.sources import load_tables
 from tests.conftest import error_line
 
 
@@ -51,8 +56,14 @@ def test_measure_prints_the_breakdown(cli, plan):
         "simulated",
     )
     data = json.loads(as_json.stdout)
-    assert data["backend"] == "simulated" and len(data["devices"]) == 2
-    assert data["overall"] == pytest.approx(max(d["total"] for d in data["devices"]))
+    # the command measures the plan it was given: the same numbers as the backend in process
+    plan = read_plan(plan_path)
+    task = PlacementTask(tuple(load_tables(str(tables))), 2, plan.memory_cap_bytes, "fp32")
+    expected = SimulatedBackend().measure(task, placement_from_plan(task, plan))
+    assert data["backend"] == "simulated"
+    assert data["overall"] == pytest.approx(expected.overall)
+    for device, cost in zip(data["devices"], expected.devices, strict=True):
+        assert [device[t] for t in COST_TERMS] == pytest.approx(list(cost.terms()))
     simulated = cli(
         "measure", "--tables", str(tables), "--plan", str(plan_path), "--backend", "simulated"
     )
