@@ -46,8 +46,9 @@ $(VENV)/.torchrec: $(BIN)/dreamshard
 
 torchrec: $(VENV)/.torchrec
 
+# --durations=15: the slowest tests' times, so CI's log shows where the time goes.
 test: $(BIN)/dreamshard $(VENV)/.torchrec $(VENV)/.chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(BIN)/dreamshard
 	$(BIN)/ruff check .

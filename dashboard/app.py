@@ -18,8 +18,9 @@ from dreamshard.tracking import tracking_uri  # noqa: E402
 
 # The page scripts live in views/, not pages/: Streamlit would take a pages/ folder for its
 # older multipage mode and run a page without this script (so without the path fix above).
+RUNS = st.Page("views/runs.py", title="Runs", icon=":material/list:", url_path="runs")
 PAGES = [
-    st.Page("views/runs.py", title="Runs", icon=":material/list:", default=True),
+    RUNS,
     st.Page("views/placement.py", title="Placement explorer", icon=":material/grid_view:"),
     st.Page("views/compare.py", title="Compare planners", icon=":material/leaderboard:"),
     st.Page("views/cost_model.py", title="Cost model", icon=":material/scatter_plot:"),
@@ -27,8 +28,20 @@ PAGES = [
     st.Page("views/place_tables.py", title="Place tables", icon=":material/table_view:"),
 ]
 
+
+def home() -> None:
+    """The root URL opens the Runs page at its own address, /runs (its `?run=` kept).
+
+    Streamlit serves its default page at / only, never at the page's url_path, so Runs is an
+    ordinary page and this hidden default page switches to it.
+    """
+    st.switch_page(RUNS, query_params=st.query_params.to_dict())
+
+
+HOME = st.Page(home, title="Runs", url_path="home", default=True, visibility="hidden")
+
 st.set_page_config(page_title="DreamShard", page_icon=":material/grid_view:", layout="wide")
-page = st.navigation(PAGES)
+page = st.navigation([*PAGES, HOME])
 
 with st.sidebar:
     st.text_input(

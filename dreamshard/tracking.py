@@ -5,12 +5,20 @@ state folder (`.dreamshard/mlflow.db`, artifacts in `.dreamshard/mlartifacts/`);
 `MLFLOW_TRACKING_URI` (or pass a URI) to use a team's server. A model is registered as an MLflow
 pyfunc model wrapping our model file: `mlflow.pyfunc.load_model(...)` places tables for anyone,
 and `load_registered_model` gives our own classes back.
+
+MLflow creates and migrates a fresh sqlite store on the first call that opens it; two processes
+doing that at once (two main jobs on a fresh state folder) break the migration. So the first
+call each process makes to a local sqlite store holds a lock file beside the database
+(`mlflow.db.lock`) while it opens the store.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -21,6 +29,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 import mlflow  # noqa: E402
 import mlflow.pyfunc  # noqa: E402
 import pandas as pd  # noqa: E402
+from filelock import FileLock, Timeout  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
@@ -35,6 +44,7 @@ from dreamshard.tables.table import Table  # noqa: E402
 POLICY_MODEL = "dreamshard-policy"
 COSTNET_MODEL = "dreamshard-costnet"
 CHAMPION, CANDIDATE = "champion", "candidate"
+SETUP_TIMEOUT_S = 300  # waiting for another process to create or migrate the same sqlite store
 
 
 def default_tracking_uri() -> str:
@@ -49,11 +59,63 @@ def is_local(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:")) or "://" not in uri
 
 
-def checked_client(uri: str) -> MlflowClient:
-    """A client of `uri` that has answered once (no global MLflow setting is changed)."""
-    client = MlflowClient(uri, uri)
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI, else None (a server, a file store, in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+_set_up: set[str] = set()  # sqlite URIs this process has opened (MLflow keeps their stores)
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold `<database>.lock` while this process opens the sqlite store of `uri` the first time.
+
+    MLflow creates and migrates a fresh store when it first opens it; two processes doing that at
+    once fail ("Online migration expected to match one row", "duplicate column name"). A server
+    URI, or a store this process has opened already, takes no lock. In a folder we cannot write,
+    nothing can be created either, so the store is opened without one.
+    """
+    path = sqlite_file(uri)
+    if path is None or uri in _set_up:
+        yield
+        return
+    lock = FileLock(path.with_name(path.name + ".lock"), timeout=SETUP_TIMEOUT_S)
     try:
-        client.search_experiments(max_results=1)
+        path.parent.mkdir(parents=True, exist_ok=True)  # as MLflow would, to hold the lock there
+        lock.acquire()
+    except Timeout:
+        raise DreamshardError(
+            f"MLflow store {path}: another process has been setting it up for over "
+            f"{SETUP_TIMEOUT_S} s (lock {lock.lock_file})"
+        ) from None
+    except OSError:  # a read-only folder: no lock file, and no store can be created there
+        lock = None
+    try:
+        yield
+        _set_up.add(uri)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def checked_client(uri: str) -> MlflowClient:
+    """A client of `uri` that has answered once (no global MLflow setting is changed).
+
+    A local sqlite store is opened (created and migrated when new) under `store_lock`, tracking
+    and registry both, so processes starting on a fresh state folder at once all get a store.
+    """
+    try:
+        with store_lock(uri):
+            client = MlflowClient(uri, uri)  # opens the tracking store (creates a fresh one)
+            client.search_experiments(max_results=1)
+            if sqlite_file(uri) is not None:  # the registry's store opens the same database
+                client.search_registered_models(max_results=1)
+    except DreamshardError:
+        raise
     except Exception as exc:  # noqa: BLE001  (network, auth and schema errors all mean "can't use it")
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DreamshardError(f"MLflow tracking URI {uri} cannot be used: {first}") from None
@@ -80,7 +142,13 @@ def use_experiment(suite: str) -> str:
         location = None
         if is_local(mlflow.get_tracking_uri()):  # keep artifacts in the state folder, not ./mlruns
             location = (state_dir() / "mlartifacts" / name).as_uri()
-        experiment_id = mlflow.create_experiment(name, artifact_location=location)
+        try:
+            experiment_id = mlflow.create_experiment(name, artifact_location=location)
+        except MlflowException as exc:  # another job created it since we looked: use theirs
+            found = mlflow.get_experiment_by_name(name)
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS" or found is None:
+                raise
+            experiment_id = found.experiment_id
     else:
         experiment_id = found.experiment_id
     mlflow.set_experiment(experiment_id=experiment_id)
@@ -198,8 +266,21 @@ def alias_version(name: str, alias: str) -> str | None:
         return None
 
 
-def set_alias(name: str, alias: str, model_version: str) -> None:
-    MlflowClient().set_registered_model_alias(name, alias, model_version)
+def set_alias(name: str, alias: str, model_version: str, tries: int = 3) -> None:
+    """Point `name@alias` at `model_version`.
+
+    MLflow looks the alias up, then inserts or updates it; two jobs setting the same new alias at
+    once can both insert, and one fails on the unique key. It tries again (then it updates).
+    """
+    client = MlflowClient()
+    for attempt in range(tries):
+        try:
+            client.set_registered_model_alias(name, alias, model_version)
+            return
+        except MlflowException as exc:
+            if "IntegrityError" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def is_model_uri(text: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -124,6 +125,54 @@ def screenshot(driver, url: str, charts: int, name: str) -> Path:
     time.sleep(1.5)  # let the last chart finish its layout before the picture
     assert driver.save_screenshot(str(path)), f"no screenshot of {url}"
     return path
+
+
+def open_runs_page(driver, url: str, name: str) -> Path:
+    """Open `url`, wait until the Runs page shows its heading and its table, save a screenshot."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def drawn_or_failed(d) -> bool:
+        heading = any(h.text.strip() == "Runs" for h in d.find_elements(By.CSS_SELECTOR, "h1"))
+        table = d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+        return (heading and bool(table)) or bool(d.find_elements(By.CSS_SELECTOR, EXCEPTION))
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.get(url)
+    try:
+        WebDriverWait(driver, RENDER_TIMEOUT_S).until(drawn_or_failed)
+    except TimeoutException:
+        driver.save_screenshot(str(path))
+        raise AssertionError(
+            f"{url}: the Runs page did not draw in {RENDER_TIMEOUT_S} s; see {path}"
+        ) from None
+    errors = driver.find_elements(By.CSS_SELECTOR, EXCEPTION)
+    assert not errors, f"{url} shows an exception: {errors[0].text}"
+    time.sleep(1.5)  # a "Page not found" dialog would be up by now
+    assert driver.save_screenshot(str(path)), f"no screenshot of {url}"
+    return path
+
+
+def test_runs_page_opens_at_runs_and_at_the_root(pipeline_home, server, browser):
+    """/runs is the Runs page itself; the root URL switches to it, keeping `?run=`."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for url, name in ((f"{server}/runs", "dashboard-runs"), (f"{server}/", "dashboard-root")):
+        open_runs_page(browser, url, name)
+        assert "Page not found" not in browser.page_source, f"{url} says Page not found"
+        path = browser.current_url.split("?")[0]  # the page adds ?run=<the run it opened>
+        assert path == f"{server}/runs", f"{url} ended at {browser.current_url}"
+
+    with sqlite3.connect(pipeline_home / "mlflow.db") as db:  # not the newest run, shown first
+        (run_id,) = db.execute(
+            "SELECT run_uuid FROM tags WHERE key = 'flow' AND value = 'collect-costs'"
+        ).fetchone()
+    open_runs_page(browser, f"{server}/?run={run_id}", "dashboard-root-run")
+    WebDriverWait(browser, RENDER_TIMEOUT_S).until(lambda d: f"run {run_id}" in d.page_source)
+    assert "Page not found" not in browser.page_source
+    assert browser.current_url == f"{server}/runs?run={run_id}"
 
 
 def test_placement_explorer_and_comparison_render_in_chromium(server, browser):
