@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from dreamshard.cli.args import load_table_source, positive, table_source_options
 from dreamshard.costs.backends import BACKENDS, make_backend
 from dreamshard.costs.comm import TOPOLOGIES
 from dreamshard.costs.types import COST_TERMS, PlacementCost
+from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
 
 
@@ -90,11 +92,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
     from dreamshard.costs.calibrate import calibrate, describe_fit
     from dreamshard.costs.dataset import CostDataset
-    from dreamshard.errors import DreamshardError
     from dreamshard.state import calibration_path, default_dataset_path
 
     path = Path(args.dataset or default_dataset_path())

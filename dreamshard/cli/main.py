@@ -1,4 +1,8 @@
-"""The `dreamshard` command line: generate and inspect tables, make suites, place tables."""
+"""The `dreamshard` command line: generate and inspect tables, make suites, place tables.
+
+Each command imports what only it needs inside its function, so `dreamshard --help` and
+`dreamshard place` start without loading torch models, MLflow or the fbgemm kernels.
+"""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import platform
 import sqlite3
 import time
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def measurement_key(task: PlacementTask, placement: Placement, config: dict, rou
 
 def hardware() -> str:
     try:
-        import torch
+        import torch  # only here: the dataset itself is plain sqlite
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0)
@@ -66,8 +67,6 @@ def hardware() -> str:
 
 
 def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {"python": platform.python_version()}
     for package in ("torch", "fbgemm-gpu-cpu", "fbgemm-gpu", "dreamshard"):
         try:
@@ -165,7 +164,7 @@ class CostDataset:
 
     def to_frame(self):
         """All records as a pandas DataFrame."""
-        import pandas as pd
+        import pandas as pd  # pandas takes a second to import; only this reader needs it
 
         return pd.read_sql_query("SELECT * FROM measurements ORDER BY id", self._db)
 

@@ -8,6 +8,8 @@ real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs).
 
 from __future__ import annotations
 
+# gpu_tasks.tbe (torch and the fbgemm kernels) is imported inside the methods that time, so
+# that choosing a backend or reading its config loads nothing heavy.
 import json
 import os
 import re

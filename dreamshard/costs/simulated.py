@@ -97,7 +97,7 @@ class SimulatedModel:
 
 def fit_model(features: np.ndarray, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> SimulatedModel:
     """Non-negative weights minimising squared relative error, and the fit's errors."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # slow to import; only fitting needs it
 
     features = np.asarray(features, dtype=np.float64)
     scale = features.max(axis=0)

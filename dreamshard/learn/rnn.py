@@ -31,6 +31,7 @@ from dreamshard.learn.model_file import (
 )
 from dreamshard.learn.policy import Rollout, masked_choice, reinforce_loss
 from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.train import linear_lr
 from dreamshard.placement.packing import CompletionGuard, check_capacity, largest_first
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -107,8 +108,6 @@ class RnnPlacer(nn.Module):
 
 def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnPlacer:
     """REINFORCE on the MDP of `model`'s cost network, tasks of the suite's training half."""
-    from dreamshard.learn.train import linear_lr
-
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
     tasks = make_suite(spec).train_tasks
     torch.manual_seed(config.seed)

@@ -165,7 +165,7 @@ def load_tables(
     path = Path(path)
     name = path.name.lower()
     if name.endswith((".pt", ".pt.gz")):
-        from dreamshard.tables.dlrm_data import load_dataset_tables
+        from dreamshard.tables.dlrm_data import load_dataset_tables  # torch: only for .pt files
 
         if not path.exists():
             raise DreamshardError(f"data-set file {path} does not exist")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from dreamshard.errors import DreamshardError
 from dreamshard.tables.table import NUM_BINS, Table, TraceRef
 
 DIMS = (4, 8, 16, 32, 64, 128)
@@ -56,8 +57,6 @@ class TableDraw:
 
 
 def get_profile(name: str) -> Profile:
-    from dreamshard.errors import DreamshardError
-
     if name not in PROFILES:
         raise DreamshardError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
     return PROFILES[name]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dreamshard.errors import DreamshardError
+from dreamshard.tables.synthetic import generate_trace
 from dreamshard.tables.table import NUM_BINS, Table
 
 # A typical access count inside each histogram bin: 1, 2, then the middle of (2^(j-1), 2^j].
@@ -49,7 +50,7 @@ def trace_for(table: Table, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         if ref.kind == "synthetic":
             return _synthetic_trace(ref)
         if ref.kind == "dlrm":
-            from dreamshard.tables.dlrm_data import read_dataset_trace
+            from dreamshard.tables.dlrm_data import read_dataset_trace  # torch: only for .pt files
 
             return read_dataset_trace(ref)
     return _trace_from_statistics(table, batch_size)
@@ -57,8 +58,6 @@ def trace_for(table: Table, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1024)
 def _synthetic_trace(ref) -> tuple[np.ndarray, np.ndarray]:
-    from dreamshard.tables.synthetic import generate_trace
-
     indices, offsets = generate_trace(ref)
     indices.flags.writeable = offsets.flags.writeable = False  # shared by the cache
     return indices, offsets
