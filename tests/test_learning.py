@@ -1,5 +1,7 @@
 """The learned placer: cost network, policy, training loop, model files."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ from dreamshard.learn.train import TrainConfig, train
 from dreamshard.methods import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
+from dreamshard.tables.sources import load_tables
 from dreamshard.tables.table import Table
 
 MiB = 2**20
@@ -187,3 +190,22 @@ def test_bad_model_files_are_refused(trained, tmp_path, cli):
             *args,
         )
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_model_takes_the_folder_that_train_wrote(trained, tmp_path, cli):
+    config, model = trained
+    spec = tmp_path / "spec.csv"
+    spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\nc,500,8,9\n")
+    plan, empty = tmp_path / "plan.json", tmp_path / "empty"
+    empty.mkdir()
+    args = ["place", "--tables", str(spec), "--devices", "2", "--mem-gb", "1"]
+    args += ["--precision", "fp32", "--method", "dreamshard", "--samples", "0", "--out", str(plan)]
+    done = cli(*args, "--model", config.out)
+    assert done.returncode == 0, done.stderr
+    task = PlacementTask(tuple(load_tables(str(spec))), 2, 2**30, "fp32")
+    expected = place(task, "dreamshard", model=model, samples=0)
+    assert list(json.loads(plan.read_text())["placement"].values()) == list(expected.devices)
+    plan.unlink()
+    refused = cli(*args, "--model", str(empty))
+    assert refused.returncode == 2 and "model.pt" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not plan.exists()
