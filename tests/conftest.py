@@ -118,3 +118,14 @@ def wait_for_http(url: str, timeout: float, process: subprocess.Popen | None = N
         except OSError:
             time.sleep(0.5)
     raise AssertionError(f"nothing answered at {url} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny networks: a second torch thread on a busy 2-core host only slows them down."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -100,59 +100,51 @@ def browser(tmp_path):
         driver.quit()
 
 
-def screenshot(driver, url: str, charts: int, name: str) -> Path:
-    """Open `url`, wait until `charts` Plotly charts have drawn, save a screenshot."""
+def open_and_wait(driver, url: str, name: str, ready, what: str) -> Path:
+    """Open `url`, wait until `ready(driver)` or an exception shows, save a screenshot."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    def drawn_or_failed(d) -> bool:
-        drawn = d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
-        return len(drawn) >= charts or bool(d.find_elements(By.CSS_SELECTOR, EXCEPTION))
+    def ready_or_failed(d) -> bool:
+        return ready(d) or bool(d.find_elements(By.CSS_SELECTOR, EXCEPTION))
 
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     driver.get(url)
     try:
-        WebDriverWait(driver, RENDER_TIMEOUT_S).until(drawn_or_failed)
+        WebDriverWait(driver, RENDER_TIMEOUT_S).until(ready_or_failed)
     except TimeoutException:
         driver.save_screenshot(str(path))
         raise AssertionError(
-            f"{url}: {charts} chart(s) not drawn in {RENDER_TIMEOUT_S} s; see {path}"
+            f"{url}: {what} not drawn in {RENDER_TIMEOUT_S} s; see {path}"
         ) from None
     errors = driver.find_elements(By.CSS_SELECTOR, EXCEPTION)
     assert not errors, f"{url} shows an exception: {errors[0].text}"
-    time.sleep(1.5)  # let the last chart finish its layout before the picture
+    time.sleep(1.5)  # let the last chart finish its layout; a "Page not found" dialog is up
     assert driver.save_screenshot(str(path)), f"no screenshot of {url}"
     return path
+
+
+def screenshot(driver, url: str, charts: int, name: str) -> Path:
+    """Open `url`, wait until `charts` Plotly charts have drawn, save a screenshot."""
+    from selenium.webdriver.common.by import By
+
+    def drawn(d) -> bool:
+        return len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")) >= charts
+
+    return open_and_wait(driver, url, name, drawn, f"{charts} chart(s)")
 
 
 def open_runs_page(driver, url: str, name: str) -> Path:
     """Open `url`, wait until the Runs page shows its heading and its table, save a screenshot."""
-    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    def drawn_or_failed(d) -> bool:
+    def drawn(d) -> bool:
         heading = any(h.text.strip() == "Runs" for h in d.find_elements(By.CSS_SELECTOR, "h1"))
-        table = d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
-        return (heading and bool(table)) or bool(d.find_elements(By.CSS_SELECTOR, EXCEPTION))
+        return heading and bool(d.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]'))
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    driver.get(url)
-    try:
-        WebDriverWait(driver, RENDER_TIMEOUT_S).until(drawn_or_failed)
-    except TimeoutException:
-        driver.save_screenshot(str(path))
-        raise AssertionError(
-            f"{url}: the Runs page did not draw in {RENDER_TIMEOUT_S} s; see {path}"
-        ) from None
-    errors = driver.find_elements(By.CSS_SELECTOR, EXCEPTION)
-    assert not errors, f"{url} shows an exception: {errors[0].text}"
-    time.sleep(1.5)  # a "Page not found" dialog would be up by now
-    assert driver.save_screenshot(str(path)), f"no screenshot of {url}"
-    return path
+    return open_and_wait(driver, url, name, drawn, "the Runs page")
 
 
 def test_runs_page_opens_at_runs_and_at_the_root(pipeline_home, server, browser):

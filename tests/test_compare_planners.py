@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from test_learning import small_config
 
 from dreamshard.learn.model_file import save_model
@@ -42,15 +41,7 @@ def load_script():
     return module
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks on a busy 2-core host: one thread is 2-3x faster
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("one_thread")
+@pytest.mark.usefixtures("one_torch_thread")
 def test_the_report_has_every_planner_and_every_placement_is_legal(tmp_path, monkeypatch):
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
     model_path = tmp_path / "model.pt"

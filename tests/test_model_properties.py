@@ -18,13 +18,7 @@ from dreamshard.tables.table import Table
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny networks: a second torch thread on a busy 2-core host only slows them down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_task(seed: int, num_tables: int, num_devices: int, slack: float) -> PlacementTask:
