@@ -184,4 +184,5 @@ def evaluate_models(
         "champion_before": champion,
         "candidate": candidate,
         "table": (header, rows),
+        "note": evaluation_note(evaluation),
     }

@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(files in {result['work_dir']})"
     )
     print(
-        "Costs: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per step, "
-        "measured; ratios are paired within interleaved rounds."
+        "Cost: the slowest device's fwd_comp + fwd_comm + bwd_comm + bwd_comp per step. "
+        + result["note"]
     )
     print("\nLook at the runs:   make mlflow-ui   (http://127.0.0.1:5000)")
     print("Open the dashboard: make dashboard   (http://127.0.0.1:8501)")

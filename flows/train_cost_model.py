@@ -55,7 +55,7 @@ def train_cost_model(
         mlflow.log_artifact(str(path))
         publish(
             f"train-cost-model-{suite}",
-            f"Cost network on {suite}, held-out errors",
+            f"Cost network on {suite} ({backend} costs), held-out errors",
             markdown_table(["metric", "value"], [[k, v] for k, v in errors.items()]),
         )
     return str(path)

@@ -79,6 +79,7 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
     from dreamshard.tracking import tracking_uri
 
     assert first_run["alias"] == "champion" and first_run["champion_before"] is None
+    assert "Costs: simulated backend (not measured)" in first_run["note"]  # what main prints
     client = MlflowClient(tracking_uri())
     experiment = client.get_experiment_by_name("dreamshard-cpu-12x2")
     runs = client.search_runs([experiment.experiment_id])
