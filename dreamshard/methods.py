@@ -14,9 +14,10 @@ from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.tasks import Placement, PlacementTask
 
+SEARCHES = ("search_analytic",)  # local search on the calibrated analytic cost model
 LEARNED = ("dreamshard", "dreamshard_search", "rnn")  # planners that need a trained model
 EXTERNAL = ("torchrec",)  # planners from an optional package (`make torchrec`)
-METHODS = (*PLANNERS, *LEARNED, *EXTERNAL)
+METHODS = (*PLANNERS, *SEARCHES, *LEARNED, *EXTERNAL)
 MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
 
 
@@ -48,6 +49,10 @@ def place(
         from dreamshard.learn.rnn import resolve_rnn, rnn_place
 
         return rnn_place(task, resolve_rnn(model), seed)
+    if method == "search_analytic":
+        from dreamshard.planners.search import search_analytic_place
+
+        return search_analytic_place(task, seed)
     if method == "torchrec":
         from dreamshard.planners.torchrec_planner import torchrec_place
 

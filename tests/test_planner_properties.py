@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
@@ -26,7 +27,7 @@ from dreamshard.placement.plan_file import plan_to_dict
 from dreamshard.placement.tasks import PlacementTask, device_memory, is_legal
 from dreamshard.planners.dreamshard_planner import predicted_overall
 from dreamshard.planners.milp import solve_milp
-from dreamshard.planners.search import dreamshard_search_place
+from dreamshard.planners.search import dreamshard_search_place, search_analytic_place
 from dreamshard.tables.table import Table
 
 SEEDS = range(20)
@@ -116,6 +117,18 @@ def test_dreamshard_search_is_legal_under_binding_caps(tasks):
     for task, seed, feasible in tasks[:10]:
         model = untrained_model(seed)
         check(task, feasible, dreamshard_search_place, model, 2, seed, max_rounds=3)
+
+
+def test_search_analytic_is_legal_and_no_worse_than_its_start_under_binding_caps(tasks):
+    backend = SimulatedBackend()
+    for task, seed, feasible in tasks:
+        check(task, feasible, search_analytic_place, seed, max_rounds=20)
+        if feasible:
+            found = search_analytic_place(task, seed, max_rounds=20)
+            start = min(
+                backend.measure(task, greedy_place(task, k)).overall for k in HEURISTIC_KEYS
+            )
+            assert backend.measure(task, found).overall <= start + 1e-9
 
 
 def test_the_milp_is_legal_under_binding_caps(tasks):

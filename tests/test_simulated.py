@@ -16,8 +16,9 @@ from dreamshard.costs.simulated import (
     group_features,
 )
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.table import Table
 from gpu_tasks.tbe import TimingConfig
 
@@ -139,3 +140,18 @@ def test_the_fit_recovers_the_weights_that_made_the_times():
 def test_calibration_needs_measurements(tmp_path):
     with pytest.raises(DreamshardError, match="collect more"):
         calibrate(CostDataset(tmp_path / "empty.sqlite"))
+
+
+def test_many_placements_at_once_cost_what_each_measures():
+    backend = SimulatedBackend()
+    rng = np.random.default_rng(0)
+    for name in ("cpu-20x1", "cpu-30x4", "cpu-60x8"):
+        task = make_suite(parse_suite_name(name, 1, 1)).test_tasks[0]
+        placements = [
+            Placement(tuple(int(d) for d in rng.integers(0, task.num_devices, len(task.tables))))
+            for _ in range(30)
+        ]
+        placements = [p for p in placements if is_legal(task, p)]
+        placements += [greedy_place(task, key) for key in HEURISTIC_KEYS]
+        measured = [backend.measure(task, p).overall for p in placements]
+        assert backend.overall_many(task, placements) == pytest.approx(measured, rel=1e-12)

@@ -9,7 +9,9 @@ first batch holding a better placement moves the search to its best one. The sea
 local optimum (no neighbour is better), after `max_rounds` accepted steps, or when `seconds`
 run out. Given the seed and no time limit reached, it repeats exactly.
 
-Planner `dreamshard_search`: the `dreamshard` planner's placement refined this way.
+Planner `dreamshard_search`: the `dreamshard` planner's placement refined this way. Planner
+`search_analytic`: the best heuristic's placement refined on the calibrated analytic model (the
+`simulated` backend's costs), the strong non-learned baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.dreamshard_planner import dreamshard_place
 from dreamshard.tables.features import feature_matrix
@@ -159,4 +163,31 @@ def dreamshard_search_place(
         found.placement.devices,
         "dreamshard_search",
         f"{found.steps} search steps from {start.candidate}",
+    )
+
+
+def analytic_scorer(task: PlacementTask, backend: SimulatedBackend | None = None) -> Scorer:
+    """The calibrated analytic model's overall cost (ms) of placements of `task`: exactly what
+    the `simulated` backend would report, thousands of placements a second."""
+    backend = backend or SimulatedBackend()
+    return lambda placements: backend.overall_many(task, placements).tolist()
+
+
+def search_analytic_place(
+    task: PlacementTask,
+    seed: int = 0,
+    seconds: float = SEARCH_SECONDS,
+    max_rounds: int | None = None,
+    backend: SimulatedBackend | None = None,
+) -> Placement:
+    """The strong non-learned baseline: the heuristic placement the analytic model rates best,
+    then local search scored by that model (calibrated weights from `dreamshard calibrate`,
+    else the shipped ones), until a local optimum or `seconds` run out."""
+    score = analytic_scorer(task, backend)
+    starts = {key: greedy_place(task, key) for key in HEURISTIC_KEYS}
+    costs = score(list(starts.values()))
+    name = min(starts, key=lambda key: costs[list(starts).index(key)])
+    found = local_search(task, starts[name], score, seconds, max_rounds, seed)
+    return Placement(
+        found.placement.devices, "search_analytic", f"{found.steps} search steps from {name}"
     )
