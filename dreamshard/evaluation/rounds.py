@@ -53,3 +53,19 @@ def geometric_mean(values: np.ndarray, axis: int = 0) -> np.ndarray:
 def cv(values: np.ndarray, axis: int = 0) -> np.ndarray:
     """Coefficient of variation along an axis."""
     return np.std(values, axis=axis) / np.mean(values, axis=axis)
+
+
+def bootstrap_interval(
+    ratios: np.ndarray, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A bootstrap interval of the geometric mean of per-task ratios (tasks resampled)."""
+    ratios = np.asarray(ratios, dtype=np.float64)
+    ratios = ratios[~np.isnan(ratios)]
+    if ratios.size < 2:
+        value = float(geometric_mean(ratios)) if ratios.size else float("nan")
+        return value, value
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, ratios.size, size=(resamples, ratios.size))
+    means = np.exp(np.log(ratios)[picks].mean(axis=1))
+    tail = (1 - level) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))

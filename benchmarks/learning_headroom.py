@@ -1,0 +1,202 @@
+"""Where the learned planner stands where costs are exact: the simulated backend, held-out tasks.
+
+Run: .venv/bin/python benchmarks/learning_headroom.py [--model RUN/model.pt] [--tasks 4]
+         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--reference-seconds 20]
+Without --model it trains one on cpu-50x4 with the simulated backend and the paper's defaults
+(about 2 minutes here), so every suite but cpu-50x4 is zero-shot.
+
+On the simulated backend a cost is exact and cheap, so this shows how much room there is and
+how much of it the learned planner takes, without measurement noise. Per held-out task:
+random, the four heuristics, the pure greedy policy (`dreamshard`, samples 0), the default
+`dreamshard` planner (best of 8 episodes and the heuristics, by the cost network),
+`search_analytic` (local search on the analytic model, 5 s), and the search reference: local
+search scored by the backend itself from every heuristic's placement and the default planner's,
+`--reference-seconds` each, the best of them. Ratios: geometric mean over tasks, with a
+bootstrap 95% interval over tasks. Also: the cost network's Spearman correlation with the exact
+cost over the placements the default planner chooses among, per task, and which candidate won.
+Writes benchmarks/results/learning_headroom.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats
+
+from dreamshard.costs.backends import describe_costs
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.evaluation.results import Evaluation
+from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
+from dreamshard.files import write_text_atomic
+from dreamshard.learn.model_file import DreamShardModel, load_model
+from dreamshard.learn.policy import fast_rollout
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.dreamshard_planner import predicted_overall
+from dreamshard.planners.search import analytic_scorer, local_search
+from dreamshard.report import format_table
+from dreamshard.state import state_dir
+
+RESULTS = Path(__file__).parent / "results" / "learning_headroom.md"
+SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
+COLUMNS = ("policy greedy", "dreamshard", "search_analytic")
+
+
+def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
+    if args.model:
+        model = load_model(args.model)
+        return model, f"{args.model} (trained on {model.metadata.get('suite', '?')})"
+    out = state_dir() / "learning_headroom" / "model"
+    start = time.monotonic()
+    config = TrainConfig(suite="cpu-50x4", backend="simulated", out=str(out), seed=args.seed)
+    model = train(config, log=log)
+    return model, (
+        f"trained by this run on cpu-50x4, simulated backend, paper defaults "
+        f"({config.iterations} iterations, warm start {config.warm_start}, "
+        f"{time.monotonic() - start:.0f} s)"
+    )
+
+
+def search_reference(backend: SimulatedBackend, model: DreamShardModel, seconds: float):
+    """Local search scored by the backend from several starts; the best result."""
+
+    def plan(task: PlacementTask, seed: int) -> Placement:
+        score = analytic_scorer(task, backend)
+        starts = [greedy_place(task, key) for key in HEURISTIC_KEYS]
+        starts.append(place(task, "dreamshard", seed, model=model))
+        found = [local_search(task, s, score, seconds, seed=seed) for s in starts]
+        best = min(found, key=lambda r: r.cost)
+        return Placement(best.placement.devices, "search_reference")
+
+    return plan
+
+
+def planners_for(model: DreamShardModel, backend: SimulatedBackend, reference_seconds: float):
+    planners = dict(PLANNERS)
+    planners["policy greedy"] = lambda task, seed: place(
+        task, "dreamshard", seed, model=model, samples=0
+    )
+    planners["dreamshard"] = lambda task, seed: place(task, "dreamshard", seed, model=model)
+    planners["search_analytic"] = lambda task, seed: place(task, "search_analytic", seed)
+    planners["search_reference"] = search_reference(backend, model, reference_seconds)
+    return planners
+
+
+@torch.no_grad()
+def ranking(model: DreamShardModel, backend: SimulatedBackend, task: PlacementTask) -> float:
+    """Spearman of predicted vs exact cost over what the default planner chooses among."""
+    episodes = fast_rollout(model.policy, task, model.costnet, 1, 8, torch.Generator())
+    candidates = [episodes.placement(e, "") for e in range(9) if episodes.legal[e]]
+    candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
+    candidates.append(place(task, "search_analytic"))
+    unique = list({c.devices: c for c in candidates}.values())
+    exact = backend.overall_many(task, unique)
+    return float(stats.spearmanr(predicted_overall(model, task, unique), exact).statistic)
+
+
+def cell(ratios: np.ndarray) -> str:
+    low, high = bootstrap_interval(ratios)
+    return f"{geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}]"
+
+
+def suite_rows(evaluation: Evaluation, rhos: list[float]) -> tuple[list[list], dict]:
+    vs_best = evaluation.ratios("per_task_best_heuristic")
+    vs_reference = evaluation.ratios("search_reference")
+    rows, figures = [], {}
+    for name in COLUMNS:
+        j = evaluation.planners.index(name)
+        figures[name] = (geometric_mean(vs_best[:, j]), geometric_mean(vs_reference[:, j]))
+        rows.append([name, cell(vs_best[:, j]), cell(vs_reference[:, j])])
+    j = evaluation.planners.index("search_reference")
+    rows.append(["search_reference", cell(vs_best[:, j]), "1"])
+    picked = evaluation.picked(evaluation.planners.index("dreamshard"))
+    figures["spearman"] = float(np.mean(rhos))
+    figures["picked"] = picked
+    return rows, figures
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a trained model (default: train one on cpu-50x4)")
+    parser.add_argument("--suites", default=SUITES)
+    parser.add_argument("--tasks", type=int, default=4, help="held-out tasks per suite")
+    parser.add_argument("--reference-seconds", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # small networks: faster on one thread here
+    began = time.monotonic()
+    model, model_note = model_for(args, log=lambda line: print(line, flush=True))
+    backend = SimulatedBackend()
+    planners = planners_for(model, backend, args.reference_seconds)
+    sections, headline = [], []
+    for name in args.suites.split(","):
+        tasks = make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
+        evaluation = evaluate(tasks, planners, backend, rounds=1, seed=args.seed)
+        rhos = [ranking(model, backend, task) for task in tasks]
+        rows, figures = suite_rows(evaluation, rhos)
+        trained = " (trained)" if name == model.metadata.get("suite") else " (zero-shot)"
+        sections.append(
+            f"## {name}{trained}: {len(tasks)} held-out tasks\n\n```\n"
+            + format_table(["planner", "vs per-task best heuristic", "vs search reference"], rows)
+            + f"\n```\n\nThe default planner picked: {figures['picked']}. Cost network's "
+            f"Spearman over its candidates, mean over tasks: {figures['spearman']:.3f} "
+            f"(per task: {', '.join(f'{r:.2f}' for r in rhos)})."
+        )
+        headline.append(
+            [
+                name + trained,
+                *(f"{figures[c][0]:.3f}" for c in COLUMNS),
+                f"{figures['dreamshard'][1]:.3f}",
+                f"{figures['spearman']:.2f}",
+            ]
+        )
+        print(sections[-1], flush=True)
+    report = "\n\n".join(
+        [
+            f"# Learning headroom on exact costs ({time.strftime('%Y-%m-%d')})",
+            f"Host: {hardware()}; {versions()}. Costs: {describe_costs(backend.config())}; "
+            f"one round (exact). Model: {model_note}. {args.tasks} held-out tasks per suite; "
+            f"search reference: local search scored by the backend from the 4 heuristics' and "
+            f"the default planner's placements, {args.reference_seconds:g} s each. Ratios: "
+            "geometric mean over tasks [bootstrap 95% interval over tasks]; below 1 is better. "
+            f"Wall time {(time.monotonic() - began) / 60:.1f} min. Command: "
+            f"`benchmarks/learning_headroom.py {' '.join(argv or [])}`.",
+            "## Headline: vs the per-task best heuristic, and the default planner vs the search "
+            "reference\n\n```\n"
+            + format_table(
+                [
+                    "suite",
+                    "policy greedy",
+                    "dreamshard",
+                    "search_analytic",
+                    "dreamshard vs reference",
+                    "Spearman",
+                ],
+                headline,
+            )
+            + "\n```",
+            *sections,
+        ]
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, report + "\n")
+    print(f"wrote {out}")
+    return report
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
