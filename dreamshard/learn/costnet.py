@@ -2,8 +2,16 @@
 
 A table encoder (21 -> 128 -> 32) maps each table's features to a vector; a device is the sum
 of its tables' vectors, so any number of tables fits. Per-device heads read that sum and
-predict fwd_comp, bwd_comm and bwd_comp; the overall head reads the element-wise max of the
-device vectors, so any number of devices fits, and predicts the overall cost. Targets are
+predict fwd_comp, bwd_comm and bwd_comp (an empty device runs no kernel: zeros). The overall
+cost is composed from them as a training step runs: the forward all-to-all waits for the
+slowest forward, then every device exchanges and runs its backward, so
+
+    overall = max_d fwd_comp + max_d (2 x bwd_comm + bwd_comp)
+
+(the forward exchange moves the same bytes as the backward one). Any number of devices fits.
+The paper reads the overall cost from a separate head over the element-wise max of the device
+vectors; on exact costs that head ranked the placements the planner chooses among far worse
+(Spearman 0.38-0.55 against 0.70-0.85 composed, docs/learning.md), so it is gone. Targets are
 divided by `scale` (the median overall cost of the training data) so that one set of
 hyperparameters works on any hardware; predictions come back in ms.
 """
@@ -57,13 +65,26 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]]) -> PlacementBatc
     )
 
 
+def occupied(vectors: torch.Tensor) -> torch.Tensor:
+    """[...] True for a device whose vector is not zero: it holds a table the encoder sees."""
+    return vectors.abs().sum(dim=-1) > 0
+
+
+def compose_overall(device_costs: torch.Tensor, occupied: torch.Tensor) -> torch.Tensor:
+    """[...] overall costs from per-device costs [..., devices, 3] (fwd_comp, bwd_comm,
+    bwd_comp); devices not `occupied` [..., devices] take no part in the maxima."""
+    skip = torch.where(occupied, 0.0, float("-inf"))
+    forward = (device_costs[..., 0] + skip).max(dim=-1).values
+    rest = (2 * device_costs[..., 1] + device_costs[..., 2] + skip).max(dim=-1).values
+    return forward + rest
+
+
 class CostNet(nn.Module):
     def __init__(self, hidden: int = 128, embed: int = 32, head_hidden: int = 64):
         super().__init__()
         self.config = {"hidden": hidden, "embed": embed, "head_hidden": head_hidden}
         self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.device_heads = nn.ModuleList(mlp(embed, head_hidden, 1) for _ in DEVICE_TERMS)
-        self.overall_head = mlp(embed, head_hidden, 1)
         self.register_buffer("scale", torch.tensor(1.0))
 
     def device_vectors(self, batch: PlacementBatch) -> torch.Tensor:
@@ -73,15 +94,19 @@ class CostNet(nn.Module):
         return out.index_add(0, batch.table_device, encoded)
 
     def device_costs(self, vectors: torch.Tensor) -> torch.Tensor:
-        """[..., 3] scaled per-device costs from device vectors [..., embed]."""
-        return torch.cat([head(vectors) for head in self.device_heads], dim=-1)
+        """[..., 3] scaled per-device costs from device vectors [..., embed]; zeros for a device
+        whose vector is zero (no tables, or only tables the encoder maps to nothing)."""
+        costs = torch.cat([head(vectors) for head in self.device_heads], dim=-1)
+        return costs * occupied(vectors)[..., None]
 
-    def overall(self, device_vectors: torch.Tensor, device_placement: torch.Tensor, n: int):
-        """[n] scaled overall costs from the element-wise max over each placement's devices."""
-        pooled = device_vectors.new_full((n, device_vectors.shape[1]), float("-inf"))
-        index = device_placement[:, None].expand_as(device_vectors)
-        pooled = pooled.scatter_reduce(0, index, device_vectors, reduce="amax")
-        return self.overall_head(pooled).squeeze(-1)
+    def overall(self, vectors: torch.Tensor, device_placement: torch.Tensor, n: int):
+        """[n] scaled overall costs of n placements from their device vectors [devices, embed]."""
+        costs = self.device_costs(vectors)
+        skip = torch.where(occupied(vectors), 0.0, float("-inf"))
+        terms = torch.stack([costs[:, 0] + skip, 2 * costs[:, 1] + costs[:, 2] + skip], dim=1)
+        pooled = terms.new_full((n, 2), float("-inf"))
+        index = device_placement[:, None].expand_as(terms)
+        return pooled.scatter_reduce(0, index, terms, reduce="amax").sum(dim=1)
 
     def forward(self, batch: PlacementBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Scaled (per-device costs [devices, 3], overall [placements])."""

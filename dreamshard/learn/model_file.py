@@ -81,7 +81,8 @@ def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
     check_features(data, path)
     try:
         costnet = CostNet(**data["costnet"]["config"])
-        costnet.load_state_dict(data["costnet"]["state"])
+        state = data["costnet"]["state"]  # files from 0.1 also hold the paper's overall head
+        costnet.load_state_dict({k: v for k, v in state.items() if not k.startswith("overall_")})
         policy = PlacementPolicy(**data["policy"]["config"])
         policy.load_state_dict(data["policy"]["state"])
     except (KeyError, TypeError, RuntimeError) as exc:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, mlp
+from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, compose_overall, mlp, occupied
 from dreamshard.placement.packing import CompletionGuard
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
@@ -141,7 +141,7 @@ class PlacementPolicy(nn.Module):
             used[np.arange(e), picked] += sizes[table]
             devices[:, table] = picked
         with torch.no_grad():
-            predicted = costnet.overall_head(cost_sum.max(dim=1).values).squeeze(-1)
+            predicted = compose_overall(costnet.device_costs(cost_sum), occupied(cost_sum))
         return Rollout(
             devices,
             torch.stack(log_probs).sum(0),
@@ -165,7 +165,8 @@ class DeviceScorer:
 
     A device's state is [policy sum ; cost sum]. The three per-device cost heads run as one
     product; their output layer and the policy's cost encoder (linear, no activation between)
-    are folded into one. The scorer's first layer is linear in [policy sum ; cost encoding ;
+    are folded into one (an empty device's costs are zero, as in `CostNet.device_costs`).
+    The scorer's first layer is linear in [policy sum ; cost encoding ;
     table encoding], so a device's share is cached and, for a table-aware policy, the table's
     share is added per step; otherwise whole logits are cached.
     """
@@ -181,7 +182,12 @@ class DeviceScorer:
             head_out[i * rows : (i + 1) * rows, i] = h[1][0][:, 0]
         head_out_bias = np.concatenate([h[1][1] for h in heads])
         ((cost_w, cost_b),) = linear_weights(policy.cost_encoder)
-        self.cost_w, self.cost_b = head_out @ cost_w, head_out_bias @ cost_w + cost_b
+        # the heads' output, zero for an empty device (CostNet.device_costs), then the encoder
+        self.cost_w, self.cost_head_b, self.cost_b = (
+            head_out @ cost_w,
+            head_out_bias @ cost_w,
+            cost_b,
+        )
         (w1, self.b1), (w2, b2) = linear_weights(policy.scorer)
         self.w1_policy = w1[: self.embed]
         self.w1_cost = w1[self.embed : 2 * self.embed]
@@ -193,7 +199,10 @@ class DeviceScorer:
         without the table's share."""
         policy_sum, cost_sum = state[:, : self.embed], state[:, self.embed :]
         hidden = np.maximum(cost_sum @ self.head_in + self.head_in_bias, 0)
-        encoded_costs = np.maximum(hidden @ self.cost_w + self.cost_b, 0)
+        occupied = np.abs(cost_sum).sum(axis=-1, keepdims=True) > 0
+        encoded_costs = np.maximum(
+            occupied * (hidden @ self.cost_w + self.cost_head_b) + self.cost_b, 0
+        )
         return policy_sum @ self.w1_policy + encoded_costs @ self.w1_cost + self.b1
 
     def logits(self, device_part: np.ndarray, table_encoded: np.ndarray | None) -> np.ndarray:
@@ -284,5 +293,5 @@ def fast_rollout(
     devices[:, order] = actions.T
     log_prob, entropy = episode_statistics(logits, allowed, actions)
     cost_sum = torch.from_numpy(state[:, :, policy_encoded.shape[1] :])
-    predicted = costnet.overall_head(cost_sum.max(dim=1).values).squeeze(-1)
+    predicted = compose_overall(costnet.device_costs(cost_sum), occupied(cost_sum))
     return Rollout(devices, torch.from_numpy(log_prob), torch.from_numpy(entropy), predicted, legal)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.learn.costnet import compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
@@ -65,7 +66,8 @@ def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
         device_index = (devices + d * torch.arange(n)[:, None]).reshape(-1)
         vectors = encoded.new_zeros(n * d, encoded.shape[1])
         vectors = vectors.index_add(0, device_index, encoded.repeat(n, 1))
-        overall = costnet.overall(vectors, torch.arange(n).repeat_interleave(d), n)
+        vectors = vectors.reshape(n, d, -1)
+        overall = compose_overall(costnet.device_costs(vectors), occupied(vectors))
         return (overall * costnet.scale).tolist()
 
     return score
