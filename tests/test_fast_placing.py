@@ -13,7 +13,11 @@ from dreamshard.learn.policy import PlacementPolicy, fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import least_load_dive, search_assignment
 from dreamshard.placement.tasks import PlacementTask, is_legal
-from dreamshard.planners.dreamshard_planner import dreamshard_place, predicted_overall
+from dreamshard.planners.dreamshard_planner import (
+    costnet_greedy,
+    dreamshard_place,
+    predicted_overall,
+)
 from dreamshard.tables.table import Table
 
 MiB = 2**20
@@ -105,6 +109,8 @@ def test_the_planner_picks_what_the_reference_episodes_would_give(seed):
     sampled = policy.rollout(task, costnet, 3, generator=torch.Generator().manual_seed(seed))
     candidates = [greedy.placement(0, "dreamshard")]
     candidates += [sampled.placement(e, "dreamshard") for e in range(3) if sampled.legal[e]]
+    own_greedy = costnet_greedy(task, costnet)  # the cost network's own greedy placement
+    candidates += [own_greedy] if own_greedy is not None else []
     candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
     candidates = [c for c in candidates if is_legal(task, c)]
     scores = predicted_overall(model, task, candidates)

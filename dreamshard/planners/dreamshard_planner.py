@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+import numpy as np
 import torch
 
-from dreamshard.learn.costnet import make_batch
+from dreamshard.errors import InfeasibleError
+from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.learn.policy import fast_rollout
+from dreamshard.learn.policy import fast_rollout, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.features import feature_matrix
@@ -47,11 +49,12 @@ def one_thread() -> Iterator[None]:
 def dreamshard_place(
     task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
 ) -> Placement:
-    """The policy's greedy placement, improved by best-of-`samples` and the heuristics.
+    """The policy's greedy placement, improved by best-of-`samples`, the cost network's own
+    greedy placement and the heuristics (all only when `samples` > 0).
 
-    The winner says where it came from in `candidate`: "policy greedy", "policy sample K", or
-    "heuristic NAME". A heuristic's placement keeps that heuristic's name as its `method`, so
-    no report credits the policy with it.
+    The winner says where it came from in `candidate`: "policy greedy", "policy sample K",
+    "costnet greedy" or "heuristic NAME". A heuristic's placement keeps that heuristic's name
+    as its `method`, so no report credits the policy with it.
     """
     # the greedy episode and the sampled ones side by side, in one pass over the tables
     generator = torch.Generator().manual_seed(seed)
@@ -61,9 +64,19 @@ def dreamshard_place(
         for e in range(1 + samples)
         if episodes.legal[e]
     ]
+    if samples > 0:
+        found = costnet_greedy(task, model.costnet)
+        if found is not None:
+            candidates.append(found)
     if samples > 0 or not candidates:  # with samples=0 they only stand in for a stuck policy
-        for key in HEURISTIC_KEYS:  # raises the infeasibility error when no placement exists
-            candidates.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
+        failure = None
+        for key in HEURISTIC_KEYS:
+            try:
+                candidates.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
+            except InfeasibleError as exc:  # its packing search gave up; others may have found one
+                failure = exc
+        if not candidates:
+            raise failure
     candidates = [c for c in candidates if is_legal(task, c)]
     scores = predicted_overall(model, task, candidates)
     return candidates[min(range(len(candidates)), key=scores.__getitem__)]
@@ -72,3 +85,42 @@ def dreamshard_place(
 def episode_name(episode: int) -> str:
     """Episode 0 of a rollout is the greedy one; 1.. are the samples."""
     return "policy greedy" if episode == 0 else f"policy sample {episode}"
+
+
+@torch.no_grad()
+def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
+    """Each table, in the policy's order, on the device where the cost network predicts the
+    lowest overall cost of the placement so far (among devices the completion guard allows).
+
+    The learned cost in a plain greedy rule: per table one batch of the device heads, and the
+    overall with one device changed from the two largest terms. None if it gets stuck.
+    """
+    _, encoded, order, guard = table_order(task, costnet)
+    d, sizes = task.num_devices, task.table_bytes()
+    sums = encoded.new_zeros(d, encoded.shape[1])
+    terms = encoded.new_zeros(2, d)  # per device: fwd_comp, 2 x bwd_comm + bwd_comp (empty: 0)
+    used = np.zeros((1, d), dtype=np.int64)
+    devices = np.empty(len(order), dtype=np.int64)
+    for step, table in enumerate(order):
+        allowed = torch.from_numpy(guard.mask(step, used)[0])
+        if not allowed.any():
+            return None
+        costs = costnet.device_costs(sums + encoded[table])  # [D, 3]: the table on each device
+        new = torch.stack([costs[:, 0], 2 * costs[:, 1] + costs[:, 2]])
+        overall = (torch.maximum(new, others_max(terms))).sum(0)
+        device = int(torch.where(allowed, overall, float("inf")).argmin())
+        sums[device] += encoded[table]
+        terms[:, device] = new[:, device]
+        used[0, device] += sizes[table]
+        devices[table] = device
+    return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
+
+
+def others_max(values: torch.Tensor) -> torch.Tensor:
+    """[k, D]: for each device, the max over the other devices (-inf for a single device)."""
+    if values.shape[1] == 1:
+        return torch.full_like(values, float("-inf"))
+    top = values.topk(2, dim=1)
+    first, second = top.values[:, :1], top.values[:, 1:]
+    is_top = torch.arange(values.shape[1]) == top.indices[:, :1]
+    return torch.where(is_top, second, first)
