@@ -45,7 +45,7 @@ from dreamshard.methods import place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
-from dreamshard.planners.dreamshard_planner import predicted_overall
+from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
 from dreamshard.planners.search import analytic_scorer, local_search
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -113,6 +113,8 @@ def ranking(model: DreamShardModel, backend: SimulatedBackend, task: PlacementTa
     episodes = fast_rollout(model.policy, task, model.costnet, 1, 8, torch.Generator())
     candidates = [episodes.placement(e, "") for e in range(9) if episodes.legal[e]]
     candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
+    own_greedy = costnet_greedy(task, model.costnet)
+    candidates += [own_greedy] if own_greedy is not None else []
     candidates.append(place(task, "search_analytic"))
     unique = list({c.devices: c for c in candidates}.values())
     exact = backend.overall_many(task, unique)

@@ -163,8 +163,16 @@ def evaluation_note(evaluation: Evaluation) -> str:
     """One line under every table of an evaluation: how its figures were made."""
     rounds, tasks = evaluation.costs.shape[0], len(evaluation.tasks)
     made = evaluation.costs_made or f"{evaluation.backend} backend"
+    spread = ""
+    if rounds > 1:
+        placed = evaluation.costs[:, ~np.isnan(evaluation.costs[0])]  # [rounds, placements]
+        cv = placed.std(axis=0) / placed.mean(axis=0)
+        spread = (
+            f" Spread of a placement's cost over the rounds (CV): median {np.median(cv):.1%}, "
+            f"max {cv.max():.1%}."
+        )
     return (
-        f"Costs: {made}. {tasks} task(s), {rounds} interleaved round(s); ratios are paired "
+        f"Costs: {made}. {tasks} task(s), {rounds} interleaved round(s).{spread} Ratios are paired "
         "within rounds (geometric mean over rounds, then over tasks). Strongest heuristic: "
         f"{evaluation.strongest_heuristic()} (best mean over the tasks); per-task best "
         "heuristic: the cheapest heuristic on each task; best known: the cheapest placement "

@@ -1,0 +1,91 @@
+"""A quick reading of the learned planner against the heuristics on one suite, real kernels.
+
+Run: .venv/bin/python benchmarks/quick_compare.py [--model RUN/model.pt] [--suite cpu-50x4]
+         [--tasks 4] [--rounds 5] [--backend fbgemm]
+Without --model it trains one on the suite's training tasks with the paper's defaults on the
+same backend (about 2 minutes on fbgemm here). Then random, the four heuristics, the pure
+greedy policy, the default `dreamshard` planner and `search_analytic` place the suite's
+held-out tasks, measured in interleaved rounds in one run (about 2 minutes for 4 tasks and
+5 rounds). The full comparison, with TorchRec, the RNN, the MILP, a measured best-known search
+and zero-shot suites, is `compare_planners.py` (about 40 minutes). Writes
+benchmarks/results/quick_compare.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
+from dreamshard.files import write_text_atomic
+from dreamshard.learn.model_file import load_model
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.methods import place
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.report import format_table
+from dreamshard.state import state_dir
+
+RESULTS = Path(__file__).parent / "results" / "quick_compare.md"
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a trained model (default: train one here)")
+    parser.add_argument("--suite", default="cpu-50x4")
+    parser.add_argument("--tasks", type=int, default=4, help="held-out tasks")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # small networks; the fbgemm CPU backward is serial anyway
+    began = time.monotonic()
+    if args.model:
+        model, note = load_model(args.model), args.model
+    else:
+        out = state_dir() / "quick_compare" / f"model-{args.backend}"
+        shutil.rmtree(out, ignore_errors=True)  # trained by this run
+        config = TrainConfig(suite=args.suite, backend=args.backend, out=str(out))
+        model = train(config, log=lambda line: print(line, flush=True))
+        note = (
+            f"trained by this run on {args.suite} ({args.backend}, paper defaults: "
+            f"{config.iterations} iterations, {config.warm_start} warm-start placements, "
+            f"{(time.monotonic() - began) / 60:.1f} min)"
+        )
+    planners = dict(PLANNERS)
+    planners["policy greedy"] = lambda task, seed: place(
+        task, "dreamshard", seed, model=model, samples=0
+    )
+    planners["dreamshard"] = lambda task, seed: place(task, "dreamshard", seed, model=model)
+    planners["search_analytic"] = lambda task, seed: place(task, "search_analytic", seed)
+    tasks = make_suite(parse_suite_name(args.suite, 1, args.tasks)).test_tasks
+    evaluation = evaluate(tasks, planners, make_backend(args.backend), rounds=args.rounds)
+    header, rows = summary_table(evaluation)
+    report = "\n\n".join(
+        [
+            f"# Quick comparison on {args.suite} ({time.strftime('%Y-%m-%d')})",
+            f"Host: {hardware()}; {versions()}. Model: {note}. Held-out tasks of the suite the "
+            f"model was trained on; {(time.monotonic() - began) / 60:.1f} min in all. "
+            f"Command: `benchmarks/quick_compare.py {' '.join(argv or [])}`.",
+            "```\n" + format_table(header, rows) + "\n```",
+            evaluation_note(evaluation),
+        ]
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, report + "\n")
+    print(report, flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
