@@ -14,6 +14,7 @@ from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet
 from dreamshard.learn.costnet_data import load_examples
 from dreamshard.learn.costnet_fit import costnet_errors
+from dreamshard.learn.coverage import outside_training
 from dreamshard.learn.model_file import DreamShardModel, load_model, model_state, save_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train import TrainConfig, train
@@ -209,3 +210,22 @@ def test_model_takes_the_folder_that_train_wrote(trained, tmp_path, cli):
     refused = cli(*args, "--model", str(empty))
     assert refused.returncode == 2 and "model.pt" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not plan.exists()
+
+
+def test_a_task_outside_the_training_ranges_is_placed_and_said_so(trained, tmp_path, cli):
+    config, model = trained
+    ranges = model.metadata["ranges"]
+    assert ranges["devices"] == [3, 3]  # the cpu-16x3 suite
+    spec = tmp_path / "spec.csv"
+    spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\nc,500,8,9\n")
+    plan = tmp_path / "plan.json"
+    args = ["place", "--tables", str(spec), "--mem-gb", "1", "--precision", "fp32"]
+    args += ["--method", "dreamshard", "--model", config.out, "--out", str(plan)]
+    wide = cli(*args, "--devices", "8")
+    assert wide.returncode == 0, wide.stderr
+    notes = [line for line in wide.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "devices 8-8 (trained on 3-3)" in notes[0]
+    assert "devices 8-8" in json.loads(plan.read_text())["note"]
+    assert "tables per task 3-3 (trained on 16-16)" in notes[0]
+    suite = make_suite(parse_suite_name(config.suite, config.train_tasks, 1))
+    assert all(outside_training(task, ranges) is None for task in suite.train_tasks)

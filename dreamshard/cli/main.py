@@ -83,8 +83,15 @@ def cmd_place(args: argparse.Namespace) -> None:
     tables = load_table_source(args)
     cap = int(args.mem_gb * GIB)
     task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
+    model, note = args.model, None
+    if args.method in ("dreamshard", "dreamshard_search"):
+        from dreamshard.learn.coverage import outside_training
+        from dreamshard.methods import resolve_model
+
+        model = resolve_model(args.model)
+        note = outside_training(task, model.metadata.get("ranges"))
     start = time.perf_counter()
-    placement = place(task, args.method, args.seed, model=args.model, samples=args.samples)
+    placement = place(task, args.method, args.seed, model=model, samples=args.samples)
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
@@ -96,6 +103,8 @@ def cmd_place(args: argparse.Namespace) -> None:
     if placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         print(f"chosen by the cost network: {placement.candidate}{named}")
+    if note:
+        print(f"note: {note}; the heuristics are among the candidates", file=sys.stderr)
     print(format_table(headers, device_rows(task, placement)))
     print(
         "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
@@ -107,7 +116,7 @@ def cmd_place(args: argparse.Namespace) -> None:
         write_torchrec_plan(task, placement, args.out, args.module_path)
         print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
     elif args.out:
-        write_plan(task, placement, args.out)
+        write_plan(task, placement, args.out, note)
         print(f"wrote {args.out}")
 
 

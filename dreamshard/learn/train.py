@@ -24,6 +24,7 @@ from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.costnet_data import Example, load_examples
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
+from dreamshard.learn.coverage import training_ranges
 from dreamshard.learn.model_file import (
     DreamShardModel,
     load_model,
@@ -252,6 +253,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             "config": asdict(config),
             "history": state.history,
             "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "ranges": training_ranges(tasks),
         },
     )
     model.costnet.eval()

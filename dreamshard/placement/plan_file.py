@@ -40,8 +40,11 @@ def plan_to_dict(task: PlacementTask, placement: Placement) -> dict[str, Any]:
     }
 
 
-def write_plan(task: PlacementTask, placement: Placement, path: str | Path) -> None:
-    write_json_atomic(path, plan_to_dict(task, placement))
+def write_plan(
+    task: PlacementTask, placement: Placement, path: str | Path, note: str | None = None
+) -> None:
+    """The plan file; `note` (e.g. the task lies outside the model's training) goes in too."""
+    write_json_atomic(path, plan_to_dict(task, placement) | ({"note": note} if note else {}))
 
 
 class DeviceRecord(BaseModel):
@@ -62,6 +65,7 @@ class PlanFile(BaseModel):
     version: Literal[1]
     method: str = ""
     candidate: str = ""
+    note: str = ""
     task: str = ""
     num_devices: int = Field(gt=0)
     memory_cap_bytes: int = Field(gt=0)
