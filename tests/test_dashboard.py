@@ -159,6 +159,9 @@ def test_place_tables_page_places_a_pasted_spec(store_env):
     assert_clean(at)
     plan_devices = at.dataframe[0].value
     assert sum(len(t) for t in plan_devices["tables"]) == 6  # the example spec's tables
+    # 6 tables of up to 4M rows, placed by a model trained on 12-table cpu-12x2 tasks
+    warnings = [w.value for w in at.warning]
+    assert any("outside what the model was trained on: tables per task" in w for w in warnings)
 
 
 # --- bad input and the empty store ------------------------------------------------------------

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import frames, place, plots, store
 from dreamshard.errors import DreamshardError
+from dreamshard.learn.coverage import outside_training
 from dreamshard.placement.plan_file import plan_to_dict
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import GIB, PlacementTask
@@ -138,10 +139,16 @@ except DreamshardError as exc:
     st.error(str(exc))
     st.stop()
 
+note = outside_training(task, model.metadata.get("ranges")) if model is not None else None
+if note:
+    st.warning(f"{note}; the heuristics are among the candidates.")
+if placement.candidate:
+    st.caption(f"Chosen by the cost network: {placement.candidate}.")
+
 predictor, predictor_uri = model, planner
 if predictor is None and champion:
     predictor, predictor_uri = registered_model(champion, uri), champion
-plan = plan_to_dict(task, placement)
+plan = plan_to_dict(task, placement) | ({"note": note} if note else {})
 layout = frames.placement_tables(
     [table_to_dict(t) for t in tables], list(placement.devices), precision
 )
@@ -162,7 +169,8 @@ else:
         f"Predicted by the cost network of {predictor_uri}"
         + (" (the champion: heuristics have no cost network of their own)" if model is None else "")
         + ". fwd_comm is not predicted per device (it depends on the other devices); "
-        "the overall line is the network's overall head."
+        "the overall line is composed from the device heads (slowest forward, then the "
+        "slowest exchange and backward)."
     )
 
 st.download_button(
