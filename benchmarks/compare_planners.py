@@ -54,7 +54,7 @@ from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig, train
-from dreamshard.methods import place
+from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -173,8 +173,8 @@ def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, mil
         "torchrec": lambda task, seed: torchrec_place(task, seed),
         "torchrec (no reserve)": lambda task, seed: torchrec_place(task, seed, reserve=False),
         "rnn": rnn,
-        "dreamshard": lambda task, seed: place(task, "dreamshard", seed, model=model),
-        "dreamshard_search": lambda task, seed: place(task, "dreamshard_search", seed, model=model),
+        "dreamshard": named_planner("dreamshard", model),
+        "dreamshard_search": named_planner("dreamshard_search", model),
         "milp": milp,
     }
     planners = {name: best_known.recorded(name, fn) for name, fn in planners.items()}

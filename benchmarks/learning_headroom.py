@@ -41,7 +41,7 @@ from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import place
+from dreamshard.methods import named_planner, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -95,14 +95,10 @@ def search_reference(backend: SimulatedBackend, model: DreamShardModel, seconds:
 
 def planners_for(model: DreamShardModel, backend: SimulatedBackend, reference_seconds: float):
     planners = dict(PLANNERS)
-    planners["policy greedy"] = lambda task, seed: place(
-        task, "dreamshard", seed, model=model, samples=0
-    )
-    planners["dreamshard"] = lambda task, seed: place(task, "dreamshard", seed, model=model)
-    planners["dreamshard_search"] = lambda task, seed: place(
-        task, "dreamshard_search", seed, model=model
-    )
-    planners["search_analytic"] = lambda task, seed: place(task, "search_analytic", seed)
+    planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
+    planners["dreamshard"] = named_planner("dreamshard", model)
+    planners["dreamshard_search"] = named_planner("dreamshard_search", model)
+    planners["search_analytic"] = named_planner("search_analytic")
     planners["search_reference"] = search_reference(backend, model, reference_seconds)
     return planners
 

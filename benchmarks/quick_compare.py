@@ -27,7 +27,7 @@ from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import place
+from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
@@ -60,11 +60,9 @@ def main(argv: list[str] | None = None) -> str:
             f"{(time.monotonic() - began) / 60:.1f} min)"
         )
     planners = dict(PLANNERS)
-    planners["policy greedy"] = lambda task, seed: place(
-        task, "dreamshard", seed, model=model, samples=0
-    )
-    planners["dreamshard"] = lambda task, seed: place(task, "dreamshard", seed, model=model)
-    planners["search_analytic"] = lambda task, seed: place(task, "search_analytic", seed)
+    planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
+    planners["dreamshard"] = named_planner("dreamshard", model)
+    planners["search_analytic"] = named_planner("search_analytic")
     tasks = make_suite(parse_suite_name(args.suite, 1, args.tasks)).test_tasks
     evaluation = evaluate(tasks, planners, make_backend(args.backend), rounds=args.rounds)
     header, rows = summary_table(evaluation)

@@ -22,18 +22,13 @@ from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import place
+from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
 
 RESULTS = Path(__file__).parent / "results" / "table_aware_ablation.md"
 SUITES = ("cpu-50x4", "cpu-100x4", "cpu-100x8", "cpu-200x8")
-
-
-def greedy_policy(model):
-    """The trained policy's greedy placement alone (no best-of-k, no heuristics)."""
-    return lambda task, seed: place(task, "dreamshard", seed, model=model, samples=0)
 
 
 def main() -> None:
@@ -57,7 +52,8 @@ def main() -> None:
     ratios = {label: {} for label, _ in variants}  # label: suite: ratios over tasks and seeds
     for s, suite_tasks in tasks.items():
         planners = dict(PLANNERS) | {
-            f"{label} #{seed}": greedy_policy(model) for (label, seed), model in models.items()
+            f"{label} #{seed}": named_planner("dreamshard", model, samples=0)
+            for (label, seed), model in models.items()
         }
         evaluation = evaluate(suite_tasks, planners, backend, rounds=1)  # exact: one round
         per_task = evaluation.ratios("per_task_best_heuristic")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.model_file import DreamShardModel, load_model
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.heuristics import PLANNERS, Planner
 from dreamshard.placement.tasks import Placement, PlacementTask
 
 SEARCHES = ("search_analytic",)  # local search on the calibrated analytic cost model
@@ -58,6 +58,14 @@ def place(
 
         return torchrec_place(task, seed)
     return PLANNERS[method](task, seed)
+
+
+def named_planner(method: str, model=None, samples: int = 8) -> Planner:
+    """A named method as a planner `(task, seed) -> Placement`, for `evaluate` and the
+    benchmarks (the model resolved once, not once per task)."""
+    if method in LEARNED:
+        model = resolve_model(model) if method != "rnn" else model
+    return lambda task, seed: place(task, method, seed, model=model, samples=samples)
 
 
 def resolve_model(model: DreamShardModel | str | Path | None) -> DreamShardModel:

@@ -14,9 +14,9 @@ from dreamshard.costs.collect import Job
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
 from dreamshard.evaluation.results import Evaluation
+from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.planners.dreamshard_planner import dreamshard_place
 from dreamshard.report import markdown_table
 from dreamshard.tracking import (
     CANDIDATE,
@@ -29,10 +29,6 @@ from dreamshard.tracking import (
     tag_version,
 )
 from flows.common import backend_for, measure_job, mlflow_run, publish, work_dir
-
-
-def model_planner(model, samples: int):
-    return lambda task, seed: dreamshard_place(task, model, samples, seed)
 
 
 def predictions(evaluation: Evaluation, model) -> list[dict]:
@@ -113,10 +109,10 @@ def evaluate_models(
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
         planners = dict(PLANNERS)
-        planners["candidate"] = model_planner(candidate_model, samples)
+        planners["candidate"] = named_planner("dreamshard", candidate_model, samples)
         if champion is not None and champion != candidate["policy"]:
             champion_model = load_registered_model(f"models:/{POLICY_MODEL}@{CHAMPION}")
-            planners["champion"] = model_planner(champion_model, samples)
+            planners["champion"] = named_planner("dreamshard", champion_model, samples)
         spec = parse_suite_name(suite, num_train_tasks=1, num_test_tasks=tasks)
         test_tasks = make_suite(spec).test_tasks
 
