@@ -1,6 +1,8 @@
 """Flow `evaluate`: every planner on held-out tasks, measured; promotes the candidate or not.
 
-Planners: random, the four heuristics, the candidate model and the current champion. The
+Planners: random, the four heuristics, the candidate model and the current champion; with
+`refine_backend`, also `candidate_refined`, the candidate's placement refined by measurement
+(`dreamshard.evaluation.refine`; it never counts as the candidate's own). The
 candidate becomes `champion` (in both registered models) only when its measured cost beats the
 champion's on these tasks (paired geometric mean ratio below 1); otherwise it is `candidate`.
 """
@@ -13,6 +15,7 @@ from prefect import flow
 from dreamshard.costs.collect import Job
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
+from dreamshard.evaluation.refine import REFINE_SECONDS, refined_planner
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
@@ -84,11 +87,16 @@ def evaluate_models(
     samples: int = 8,
     out: str | None = None,
     parent_run_id: str | None = None,
+    refine_backend: str | None = None,
+    refine_seconds: float = REFINE_SECONDS,
 ) -> dict:
     """Measure every planner on `tasks` held-out tasks in `rounds` interleaved rounds.
 
     `candidate`: registered versions {"policy": "3", "costnet": "3"} (default: the latest
-    `candidate` alias). Returns the summary and the promotion decision.
+    `candidate` alias). `refine_backend` ("fbgemm", "simulated"): add the row
+    `candidate_refined`, each task's placement refined on that backend for `refine_seconds`
+    (placing time, reported as plan ms); the evaluation's rounds re-measure it like any other.
+    Promotion compares the plain candidate only. Returns the summary and the decision.
     """
     folder = work_dir(suite, out)
     dataset = str(folder / "costs.sqlite")
@@ -105,11 +113,17 @@ def evaluate_models(
         "samples": samples,
         "candidate_version": candidate["policy"],
     }
+    if refine_backend:
+        params |= {"refine_backend": refine_backend, "refine_seconds": refine_seconds}
     with mlflow_run("evaluate", suite, params, parent_run_id):
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
         planners = dict(PLANNERS)
         planners["candidate"] = named_planner("dreamshard", candidate_model, samples)
+        if refine_backend:
+            planners["candidate_refined"] = refined_planner(
+                "dreamshard", backend_for(refine_backend), refine_seconds, candidate_model, samples
+            )
         if champion is not None and champion != candidate["policy"]:
             champion_model = load_registered_model(f"models:/{POLICY_MODEL}@{CHAMPION}")
             planners["champion"] = named_planner("dreamshard", champion_model, samples)

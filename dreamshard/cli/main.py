@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.costs.backends import BACKENDS
 from dreamshard.errors import DreamshardError
 from dreamshard.methods import METHODS, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
@@ -90,17 +91,29 @@ def cmd_place(args: argparse.Namespace) -> None:
 
         model = resolve_model(args.model)
         note = outside_training(task, model.metadata.get("ranges"))
+    if args.refine_seconds is not None and not args.refine:
+        raise DreamshardError("--refine-seconds needs --refine BACKEND (fbgemm or simulated)")
     start = time.perf_counter()
-    placement = place(task, args.method, args.seed, model=model, samples=args.samples)
+    refinement = None
+    if args.refine:
+        refinement = refine_placement(task, args, model)
+        placement = refinement.placement
+    else:
+        placement = place(task, args.method, args.seed, model=model, samples=args.samples)
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
     ]
+    took = f"planned in {elapsed * 1000:.1f} ms"
+    if refinement is not None:
+        took = f"planned and measured in {elapsed:.1f} s"
     print(
         f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
-        f"({args.precision}), planned in {elapsed * 1000:.1f} ms"
+        f"({args.precision}), {took}"
     )
-    if placement.candidate:
+    if refinement is not None:
+        print(refinement.summary())
+    elif placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         print(f"chosen by the cost network: {placement.candidate}{named}")
     if note:
@@ -116,8 +129,18 @@ def cmd_place(args: argparse.Namespace) -> None:
         write_torchrec_plan(task, placement, args.out, args.module_path)
         print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
     elif args.out:
-        write_plan(task, placement, args.out, note)
+        write_plan(task, placement, args.out, note, refinement and refinement.record())
         print(f"wrote {args.out}")
+
+
+def refine_placement(task: PlacementTask, args: argparse.Namespace, model):
+    """The method's placement refined by measurement on `--refine` (evaluation.refine)."""
+    from dreamshard.costs.backends import make_backend
+    from dreamshard.evaluation.refine import REFINE_SECONDS, refine
+
+    seconds = args.refine_seconds or REFINE_SECONDS
+    backend = make_backend(args.refine)
+    return refine(task, args.method, backend, seconds, model, args.samples, args.seed)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -220,6 +243,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight precision for memory (default fp16, as in the paper)",
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
+    pl.add_argument(
+        "--refine",
+        choices=list(BACKENDS),
+        metavar="BACKEND",
+        help="measure the planner's pick, its next candidates (dreamshard: the cost network's "
+        "top 4) and the heuristics on this backend (fbgemm: real kernels; simulated) in "
+        "interleaved rounds, and return another only if it is cheaper than the pick beyond "
+        "the noise; the plan records what was measured (default: no refinement)",
+    )
+    pl.add_argument(
+        "--refine-seconds",
+        type=positive(float),
+        metavar="N",
+        help="--refine: time budget in seconds (default 60; at least 3 rounds are measured)",
+    )
     pl.add_argument("--out", help="write the plan JSON here")
     pl.add_argument(
         "--format",

@@ -40,11 +40,48 @@ def plan_to_dict(task: PlacementTask, placement: Placement) -> dict[str, Any]:
     }
 
 
+class MeasuredCandidateRecord(BaseModel):
+    """One candidate a refinement measured (`evaluation.refine`)."""
+
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    method: str
+    predicted_ms: float | None = None  # the cost network's prediction (learned methods only)
+    median_ms: float
+    ratio_to_pick: float  # geometric mean over rounds of its cost / the pick's, paired
+    interval: list[float]  # 95% bootstrap interval of that ratio
+    costs_ms: list[float]  # overall cost in each round
+
+
+class RefinementRecord(BaseModel):
+    """What `--refine` measured: candidates (the planner's pick first), rounds, the winner."""
+
+    model_config = ConfigDict(strict=True)
+
+    backend: str
+    costs_made: str = ""
+    rounds: int = Field(ge=1)
+    seconds: float
+    rule: str = ""
+    winner: str
+    reason: str = ""
+    candidates: list[MeasuredCandidateRecord]
+
+
 def write_plan(
-    task: PlacementTask, placement: Placement, path: str | Path, note: str | None = None
+    task: PlacementTask,
+    placement: Placement,
+    path: str | Path,
+    note: str | None = None,
+    refinement: RefinementRecord | None = None,
 ) -> None:
-    """The plan file; `note` (e.g. the task lies outside the model's training) goes in too."""
-    write_json_atomic(path, plan_to_dict(task, placement) | ({"note": note} if note else {}))
+    """The plan file; `note` (e.g. the task lies outside the model's training) and what a
+    measured refinement found go in too."""
+    data = plan_to_dict(task, placement) | ({"note": note} if note else {})
+    if refinement is not None:
+        data["refinement"] = refinement.model_dump()
+    write_json_atomic(path, data)
 
 
 class DeviceRecord(BaseModel):
@@ -72,6 +109,7 @@ class PlanFile(BaseModel):
     precision: Literal[*BYTES_PER_WEIGHT] = "fp16"
     placement: dict[str, Annotated[int, Field(ge=0)]]
     devices: list[DeviceRecord] = []
+    refinement: RefinementRecord | None = None  # plans written with --refine (0.2)
 
 
 def read_plan(path: str | Path) -> PlanFile:

@@ -44,8 +44,6 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-@torch.no_grad()
-@one_thread()
 def dreamshard_place(
     task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
 ) -> Placement:
@@ -55,6 +53,18 @@ def dreamshard_place(
     The winner says where it came from in `candidate`: "policy greedy", "policy sample K",
     "costnet greedy" or "heuristic NAME". A heuristic's placement keeps that heuristic's name
     as its `method`, so no report credits the policy with it.
+    """
+    return ranked_candidates(task, model, samples, seed)[0][0]
+
+
+@torch.no_grad()
+@one_thread()
+def ranked_candidates(
+    task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
+) -> list[tuple[Placement, float]]:
+    """Every distinct legal candidate `dreamshard_place` weighs, with its predicted overall
+    cost (ms), cheapest first; the first is the planner's answer. Measured refinement
+    (`evaluation.refine`) takes the top few of these to the hardware.
     """
     # the greedy episode and the sampled ones side by side, in one pass over the tables
     generator = torch.Generator().manual_seed(seed)
@@ -77,9 +87,11 @@ def dreamshard_place(
                 failure = exc
         if not candidates:
             raise failure
-    candidates = [c for c in candidates if is_legal(task, c)]
+    distinct = {c.devices: c for c in reversed(candidates) if is_legal(task, c)}  # first kept
+    candidates = [c for c in candidates if distinct.get(c.devices) is c]
     scores = predicted_overall(model, task, candidates)
-    return candidates[min(range(len(candidates)), key=scores.__getitem__)]
+    order = sorted(range(len(candidates)), key=scores.__getitem__)  # stable: ties keep order
+    return [(candidates[i], scores[i]) for i in order]
 
 
 def episode_name(episode: int) -> str:
