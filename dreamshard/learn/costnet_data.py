@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.learn.costnet import DEVICE_TERMS
-from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.features import FEATURE_NAMES, feature_matrix
 
 
 @dataclass
@@ -50,3 +51,16 @@ def load_examples(dataset: CostDataset, config: dict | None = None) -> list[Exam
             )
         )
     return examples
+
+
+def mask_features(examples: list[Example], removed: Sequence[str]) -> list[Example]:
+    """The examples with the named feature columns (`FEATURE_NAMES`) zeroed: the feature study.
+
+    A column that is zero in training and evaluation alike is a constant the encoder's first
+    bias absorbs, so the network learns exactly as if the feature had been dropped.
+    """
+    unknown = sorted(set(removed) - set(FEATURE_NAMES))
+    if unknown:
+        raise ValueError(f"unknown feature {unknown[0]!r}; features: {', '.join(FEATURE_NAMES)}")
+    keep = np.array([name not in removed for name in FEATURE_NAMES], dtype=np.float32)
+    return [replace(e, features=e.features * keep) for e in examples]

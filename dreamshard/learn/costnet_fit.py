@@ -70,3 +70,31 @@ def costnet_errors(costnet: CostNet, examples: list[Example]) -> dict[str, float
     if len(examples) > 2:
         errors["overall_spearman"] = float(stats.spearmanr(overall_pred, overall_true).statistic)
     return errors
+
+
+@torch.no_grad()
+def spearman_within_tasks(
+    costnet: CostNet, examples: list[Example], min_placements: int = 3
+) -> tuple[float, int]:
+    """(mean over tasks of the overall cost's Spearman correlation across that task's
+    placements, tasks counted): the ranking a planner relies on when it picks among the
+    placements of one task. Tasks with fewer than `min_placements` placements, or with one
+    cost for all of them, do not count; NaN when none is left. A task whose predictions are
+    all equal ranks nothing: 0.
+    """
+    by_task: dict[str, list[Example]] = {}
+    for example in examples:
+        by_task.setdefault(example.task, []).append(example)
+    rhos = []
+    for group in by_task.values():
+        if len(group) < min_placements:
+            continue
+        true = [e.overall for e in group]
+        if np.ptp(true) == 0:
+            continue  # nothing to rank
+        _, predicted = costnet(make_batch([e.as_input() for e in group]))
+        if np.ptp(predicted.numpy()) == 0:
+            rhos.append(0.0)
+            continue
+        rhos.append(float(stats.spearmanr(predicted.numpy(), true).statistic))
+    return (float(np.mean(rhos)) if rhos else float("nan")), len(rhos)
