@@ -86,53 +86,62 @@ def add_train_command(sub) -> None:
 
 
 def cmd_train_rnn(args: argparse.Namespace) -> None:
-    from dreamshard.learn.model_file import load_model
+    # torch models: imported only when this command runs
     from dreamshard.learn.rnn import save_rnn, train_rnn
+    from dreamshard.methods import resolve_model
+    from dreamshard.planners.dreamshard_planner import one_thread
 
-    model = load_model(args.model)
+    model = resolve_model(args.model)
     values = {f.name: getattr(args, f.name) for f in fields(RnnTrainConfig)}
-    config = RnnTrainConfig(**values)
-    save_rnn(train_rnn(model, config), args.out, config, args.model)
-    print(f"wrote {args.out}")
+    with one_thread():  # thousands of tiny ops: a second thread only slows them down
+        placer = train_rnn(model, RnnTrainConfig(**values), source=args.model)
+    save_rnn(placer, args.out)
+    print(f"wrote {args.out}: {placer.metadata['budget']}")
 
 
 def add_train_rnn_command(sub) -> None:
-    defaults = RnnTrainConfig()
+    defaults, policy = RnnTrainConfig(), TrainConfig()
     tr = sub.add_parser(
         "train-rnn",
         help="train the paper's RNN baseline (an LSTM placer, after Mirhoseini et al. 2017) "
-        "against a trained model's cost network; it serves only its suite's device count",
+        "against a trained model's cost network, with its policy's budget; it serves only "
+        "its suite's device count",
         description="An LSTM reads the tables largest first and picks a device for each "
         "(memory-masked), trained with REINFORCE on the cost network of --model (no hardware "
-        "is used). Its output layer has one unit per device, so the file it writes places "
-        "only tasks with the device count of --suite: the limitation DreamShard removes. "
-        "Use it with: dreamshard place --method rnn --model OUT.",
+        "is used). By default it trains on the model's suite with as many updates of as many "
+        "episodes as the model's policy got (its iterations x policy updates per iteration, "
+        f"read from the model's metadata: {policy.iterations} x {policy.policy_updates} "
+        f"updates of {policy.episodes} episodes with dreamshard train's defaults), so it is a "
+        "fair baseline; the file it writes records that budget "
+        "and a fingerprint of the cost network. Its output layer has one unit per device, so "
+        "the file places only tasks with the device count of the suite: the limitation "
+        "DreamShard removes. Use it with: dreamshard place --method rnn --model OUT.",
     )
     tr.add_argument(
         "--model",
         required=True,
-        help="trained DreamShard model file whose cost network scores the episodes "
-        "(dreamshard train writes DIR/model.pt)",
+        help="trained DreamShard model whose cost network scores the episodes and whose "
+        "policy's budget the RNN gets: a model file, the folder dreamshard train --out "
+        "wrote, or a registered MLflow model (models:/NAME@ALIAS)",
     )
     tr.add_argument("--out", required=True, help="where to write the RNN placer (.pt)")
     tr.add_argument(
         "--suite",
         default=defaults.suite,
-        help=f"training tasks, and the device count (default {defaults.suite})",
+        help="training tasks, and the device count (default: the model's suite)",
     )
     for name, help_text in (
-        ("updates", "REINFORCE updates"),
-        ("episodes", "episodes of one task per update"),
-        ("train_tasks", "training tasks of the suite"),
-        ("hidden", "LSTM width"),
+        ("updates", "REINFORCE updates (default: as many as the model's policy got)"),
+        ("episodes", "episodes of one task per update (default: the model's policy's)"),
+        ("train_tasks", "training tasks of the suite (default: the model's)"),
+        ("hidden", f"LSTM width (default {defaults.hidden})"),
     ):
-        value = getattr(defaults, name)
         tr.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             type=positive(int),
-            default=value,
-            help=f"{help_text} (default {value})",
+            default=getattr(defaults, name),
+            help=help_text,
         )
     reinforce_options(tr, defaults)
     tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")

@@ -5,7 +5,9 @@ the device it chose for the previous table, and emits a device per table through
 over a FIXED number of devices D. The memory mask is DreamShard's (`CompletionGuard`), applied
 when sampling and in the update alike. It is trained with REINFORCE against the cost network of
 a trained DreamShard model (reward minus the predicted overall cost, rewards normalised within
-the episodes of a task, entropy bonus), so it is compared with the policy on equal terms.
+the episodes of a task, entropy bonus), on that model's suite, with as many updates of as many
+episodes as the model's policy got (`fair_config`), so it is compared with the policy on equal
+terms; the file records the budget and a fingerprint of the cost network.
 
 Its output layer has D units, so a placer trained for D devices cannot place on any other
 count: that is the limitation DreamShard's sum/max-reduced networks remove.
@@ -13,6 +15,7 @@ count: that is the limitation DreamShard's sum/max-reduced networks remove.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +33,12 @@ from dreamshard.learn.model_file import (
     save_torch_atomic,
 )
 from dreamshard.learn.policy import Rollout, masked_choice, reinforce_loss
-from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.rnn_config import (
+    PolicyBudget,
+    RnnTrainConfig,
+    fair_config,
+    policy_budget,
+)
 from dreamshard.learn.train import linear_lr
 from dreamshard.placement.packing import CompletionGuard, check_capacity, largest_first
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -54,6 +62,7 @@ class RnnPlacer(nn.Module):
         self.encoder = mlp(NUM_FEATURES, hidden, last_relu=True)
         self.cell = nn.LSTMCell(hidden + num_devices, hidden)
         self.head = nn.Linear(hidden, num_devices)
+        self.metadata: dict = {}  # how it was trained (train_rnn), kept in its file
 
     def check_devices(self, task: PlacementTask) -> None:
         if task.num_devices != self.num_devices:
@@ -106,10 +115,40 @@ class RnnPlacer(nn.Module):
         )
 
 
-def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnPlacer:
-    """REINFORCE on the MDP of `model`'s cost network, tasks of the suite's training half."""
+def costnet_fingerprint(costnet: CostNet) -> str:
+    """A short hash of the cost network's weights: which network an RNN was trained against."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(costnet.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def budget_note(config: RnnTrainConfig, budget: PolicyBudget | None) -> str:
+    """One line: the RNN's budget against its model's policy's."""
+    mine = f"{config.updates} updates of {config.episodes} episodes"
+    if budget is None:
+        return f"{mine} (the model records no policy training)"
+    theirs = (
+        f"{budget.iterations} iterations x {budget.updates_per_iteration} updates of "
+        f"{budget.episodes} episodes"
+    )
+    same = budget.updates == config.updates and budget.episodes == config.episodes
+    started = f", started from {budget.started_from}" if budget.started_from else ""
+    return f"{mine} ({'the same as' if same else 'not'} its policy's: {theirs}{started})"
+
+
+def train_rnn(
+    model: DreamShardModel, config: RnnTrainConfig, log=print, source: str = "the model"
+) -> RnnPlacer:
+    """REINFORCE on the MDP of `model`'s cost network, tasks of the suite's training half; what
+    `config` leaves open comes from the model (`fair_config`). `source` names the model."""
+    config = fair_config(config, model.metadata, source)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
     tasks = make_suite(spec).train_tasks
+    budget = policy_budget(model.metadata)
+    note = budget_note(config, budget)
+    log(f"RNN on {config.suite} against the cost network of {source}: {note}")
     torch.manual_seed(config.seed)
     placer = RnnPlacer(spec.num_devices, config.hidden)
     optimizer = torch.optim.Adam(placer.parameters(), lr=config.learning_rate)
@@ -130,10 +169,35 @@ def train_rnn(model: DreamShardModel, config: RnnTrainConfig, log=print) -> RnnP
                 f"{float(-reward.mean()) * scale:.2f} ms"
             )
     placer.eval()
+    placer.metadata = {
+        "train": asdict(config),
+        "budget": note,
+        "policy_budget": asdict(budget) if budget else None,
+        "costnet_model": source,
+        "costnet": {
+            "fingerprint": costnet_fingerprint(model.costnet),
+            "suite": model.metadata.get("suite"),
+            "backend": model.metadata.get("backend"),
+            "trained": model.metadata.get("trained"),
+        },
+        "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     return placer
 
 
-def save_rnn(placer: RnnPlacer, path: str | Path, config: RnnTrainConfig, source: str) -> None:
+def save_rnn(
+    placer: RnnPlacer,
+    path: str | Path,
+    config: RnnTrainConfig | None = None,
+    source: str | None = None,
+) -> None:
+    """Write the placer with what `train_rnn` recorded; `config` and `source` only fill in
+    for a placer it did not train."""
+    metadata = dict(placer.metadata)
+    if "train" not in metadata and config is not None:
+        metadata["train"] = asdict(config)
+    if source is not None:
+        metadata["costnet_model"] = source
     save_torch_atomic(
         {
             "format": RNN_FORMAT,
@@ -141,11 +205,7 @@ def save_rnn(placer: RnnPlacer, path: str | Path, config: RnnTrainConfig, source
             "feature_names": list(FEATURE_NAMES),
             "config": placer.config,
             "state": placer.state_dict(),
-            "metadata": {
-                "train": asdict(config),
-                "costnet_model": source,
-                "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            },
+            "metadata": metadata,
         },
         path,
     )
@@ -161,6 +221,7 @@ def load_rnn(path: str | Path) -> RnnPlacer:
         placer.load_state_dict(data["state"])
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DreamshardError(f"{path}: the saved RNN does not load: {exc}") from None
+    placer.metadata = data.get("metadata", {})
     placer.eval()
     return placer
 
