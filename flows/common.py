@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 
 import mlflow
-from prefect import task
+from prefect import get_client, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.settings import get_current_settings
 from prefect.tasks import exponential_backoff
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, measure_and_store
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.host_lock import host_name, measurement_lock, occupies_host
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.state import state_dir
 from dreamshard.tracking import connect, run_tags, use_experiment
 
 MEASURE_RETRIES = 2
 MEASURE_TIMEOUT_S = 600
+HOST_SLOT_LEASE_S = 60  # a crashed holder's slot returns after this (the server's minimum)
 
 
 def work_dir(suite: str, out: str | None = None) -> Path:
@@ -72,6 +78,51 @@ def measure_job(
     """The job's cost from the dataset, else measured and stored; (cost, measured now)."""
     store = CostDataset(dataset)
     try:
-        return measure_and_store(job, backend_for(backend, iterations), store, suite)
+        return measure_and_store(job, backend_for(backend, iterations), store, suite, host_turn)
     finally:
         store.close()
+
+
+def host_limit_name() -> str:
+    return f"dreamshard-measure-{host_name()}"
+
+
+def host_limit() -> str | None:
+    """This host's Prefect global concurrency limit (one slot, created when missing), or None
+    where flows run in Prefect's ephemeral mode.
+
+    Ephemeral mode gives every process its own short-lived server over one database: a slot's
+    lease lives in that server's memory and no service revokes expired leases there, so a
+    killed flow would keep the host's slot forever. There the file lock alone keeps turns.
+    """
+    url = get_current_settings().api.url
+    return _ensure_limit(url, host_limit_name()) if url else None
+
+
+@cache
+def _ensure_limit(url: str, name: str) -> str:
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            try:  # an operator may change or disable it later; it is only ever created here
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=1)
+                )
+            except ObjectAlreadyExists:  # another flow created it just now
+                pass
+    return name
+
+
+@contextmanager
+def host_turn(backend: CostBackend) -> Iterator[None]:
+    """This host's turn to measure: its Prefect slot (with a Prefect server), then its file lock.
+
+    The slot shows waiting measurements in Prefect's UI; the file lock also keeps out CLI runs
+    and flows of other servers or state folders. Nothing is taken for a backend that times
+    nothing (simulated).
+    """
+    name = host_limit() if occupies_host(backend) else None
+    slot = concurrency(name, occupy=1, lease_duration=HOST_SLOT_LEASE_S) if name else nullcontext()
+    with slot, measurement_lock(backend):
+        yield

@@ -144,7 +144,8 @@ def add_cost_commands(sub) -> None:
     coll = sub.add_parser(
         "collect",
         help="measure placements of a suite's training tasks "
-        "into the cost dataset (resumes where it stopped)",
+        "into the cost dataset (resumes where it stopped; takes turns with other "
+        "measurements on this host)",
     )
     coll.add_argument("--suite", required=True, help="suite name, e.g. cpu-50x4")
     coll.add_argument("--placements", type=positive(int), required=True, help="how many placements")

@@ -1,9 +1,10 @@
 """Stage 3, costs: what a placement costs and how it is measured and stored.
 
 `types` (DeviceCost, PlacementCost, the CostBackend protocol), `comm` (the all-to-all model),
-`fbgemm` (real fused kernels; runs `gpu_tasks/`), `simulated` and `calibrate` (the analytic
-backend and its fit), `backends` (a backend by name), `dataset` (the append-only SQLite cost
-dataset), `collect` (measuring a suite's placements into it).
+`fbgemm` (real fused kernels; runs `gpu_tasks/`), `host_lock` (one measurement at a time per
+host), `simulated` and `calibrate` (the analytic backend and its fit), `backends` (a backend by
+name), `dataset` (the append-only SQLite cost dataset), `collect` (measuring a suite's
+placements into it).
 May import: placement, tables, the root modules, and `gpu_tasks` (the measurement programs).
 """
 

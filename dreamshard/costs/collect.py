@@ -1,16 +1,20 @@
 """Collecting measurements: placements of a suite's training tasks, measured and appended.
 
 The list of placements is a pure function of (suite, count, mix), so a re-run after a crash
-walks the same list and skips every one whose measurement is already stored.
+walks the same list and skips every one whose measurement is already stored. Each measurement
+is made under the host's measurement lock, after reading the dataset again: two collectors on
+one dataset take turns, and the second skips what the first stored while it waited.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS
@@ -68,27 +72,41 @@ class CollectSummary:
 
 
 def measure_and_store(
-    job: Job, backend: CostBackend, dataset: CostDataset, suite_name: str = ""
+    job: Job,
+    backend: CostBackend,
+    dataset: CostDataset,
+    suite_name: str = "",
+    hold: Callable[[CostBackend], AbstractContextManager[None]] | None = None,
 ) -> tuple[PlacementCost, bool]:
     """The job's cost, from the dataset when stored, else measured and appended.
 
     Returns (cost, measured now). A failed measurement raises and stores nothing, so a caller
-    that retries (a Prefect task) gets a clean second try.
+    that retries (a Prefect task) gets a clean second try. The measuring happens under
+    `hold(backend)` (default: the host's measurement lock, for a backend that times kernels),
+    and the dataset is read again under it, so two processes never measure the same job.
     """
     config = backend.config()
     key = measurement_key(job.task, job.placement, config, job.round)
     stored = dataset.stored_cost(key)
     if stored is not None:
         return stored, False
-    cost = backend.measure(job.task, job.placement)
-    dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
+    with (hold or measurement_lock)(backend):
+        stored = dataset.stored_cost(key)  # another process may have measured it while we waited
+        if stored is not None:
+            return stored, False
+        cost = backend.measure(job.task, job.placement)
+        dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
     return cost, True
 
 
 def collect(
     jobs: list[Job], backend: CostBackend, dataset: CostDataset, suite_name: str = ""
 ) -> CollectSummary:
-    """Measure every job not yet stored; a failed measurement becomes an error record."""
+    """Measure every job not yet stored; a failed measurement becomes an error record.
+
+    The lock is taken per measurement, not for the whole collection, so that a long collection
+    does not shut other measurements out for hours; each one is still alone on the host.
+    """
     config = backend.config()
     summary = CollectSummary()
     todo: dict[str, Job] = {}  # two planners may propose the same placement: measure it once
@@ -100,26 +118,38 @@ def collect(
             todo.setdefault(key, job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
     for key, job in todo.items():
-        try:
-            cost = backend.measure(job.task, job.placement)
-        except DreamshardError as exc:
-            # an error record gets its own key, so the next run measures this placement again
-            error_key = f"{key}:error:{time.time_ns()}"
-            dataset.append(
-                error_key,
-                job.task,
-                job.placement,
-                None,
-                config,
-                suite_name,
-                job.round,
-                error=str(exc),
-            )
-            summary.errors += 1
-            progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
-            continue
-        dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
-        summary.measured += 1
-        progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
+        with measurement_lock(backend):
+            _measure_one(key, job, backend, config, dataset, suite_name, summary, progress)
     progress.close()
     return summary
+
+
+def _measure_one(
+    key: str,
+    job: Job,
+    backend: CostBackend,
+    config: dict,
+    dataset: CostDataset,
+    suite_name: str,
+    summary: CollectSummary,
+    progress: Progress,
+) -> None:
+    """Measure and store one job, unless another collector stored it while this one waited."""
+    if dataset.has(key):
+        summary.skipped += 1
+        progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
+        return
+    try:
+        cost = backend.measure(job.task, job.placement)
+    except DreamshardError as exc:
+        # an error record gets its own key, so the next run measures this placement again
+        error_key = f"{key}:error:{time.time_ns()}"
+        dataset.append(
+            error_key, job.task, job.placement, None, config, suite_name, job.round, error=str(exc)
+        )
+        summary.errors += 1
+        progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+        return
+    dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
+    summary.measured += 1
+    progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")

@@ -32,8 +32,11 @@ COLUMNS = """
     num_devices INTEGER, memory_cap_bytes INTEGER, precision TEXT,
     tables TEXT, placement TEXT, costs TEXT,
     overall REAL, spread REAL,
-    backend TEXT, comm TEXT, config TEXT, hardware TEXT, versions TEXT, error TEXT
+    backend TEXT, comm TEXT, config TEXT, hardware TEXT, versions TEXT, error TEXT,
+    info TEXT
 """
+# Columns added after the first datasets were written: added to an older file when it is opened.
+ADDED_COLUMNS = {"info": "TEXT"}
 
 
 def measurement_key(task: PlacementTask, placement: Placement, config: dict, round_: int) -> str:
@@ -87,9 +90,21 @@ class CostDataset:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute(f"CREATE TABLE IF NOT EXISTS measurements ({COLUMNS})")
+            self._add_columns()
         except sqlite3.DatabaseError as exc:
             raise DreamshardError(f"cannot open cost dataset {self.path}: {exc}") from None
         self._db.row_factory = sqlite3.Row
+
+    def _add_columns(self) -> None:
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in have:
+                try:
+                    self._db.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as exc:
+                    # another process added it just now, or a read-only file: it reads as before
+                    if "duplicate column" not in str(exc) and "readonly" not in str(exc):
+                        raise
 
     def close(self) -> None:
         self._db.close()
@@ -137,6 +152,7 @@ class CostDataset:
             record["overall"] = cost.overall
             record["spread"] = cost.spread
             record["comm"] = cost.comm
+            record["info"] = json.dumps(cost.info, sort_keys=True, default=str)
         names = ", ".join(record)
         marks = ", ".join("?" for _ in record)
         cursor = self._db.execute(

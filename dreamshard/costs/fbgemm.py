@@ -3,7 +3,8 @@
 In process (the default), every device group of the placement is built as one fused TBE and
 timed on the local accelerator, and communication comes from a topology model
 (`comm: modeled`). With `launcher="torchrun"`, one process per device runs the placement for
-real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs).
+real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs). Either way it
+times only while it holds the host's measurement lock (`costs/host_lock.py`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from dreamshard.costs.comm import get_topology, modeled_comm
+from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
@@ -102,13 +105,18 @@ class FbgemmBackend:
                     "e.g. the cpu profile)"
                 )
         run = self._torchrun if self.launcher == "torchrun" else self._in_process
-        for attempt in range(self.retries + 1):
-            try:
-                return run(task, placement, batch)
-            except MeasurementError as exc:
-                if attempt == self.retries:
-                    raise
-                print(f"dreamshard: measurement failed ({exc}); retrying", file=sys.stderr)
+        with host_lock():  # one measurement at a time on this host (costs/host_lock.py)
+            for attempt in range(self.retries + 1):
+                started = time.time()
+                try:
+                    cost = run(task, placement, batch)
+                except MeasurementError as exc:
+                    if attempt == self.retries:
+                        raise
+                    print(f"dreamshard: measurement failed ({exc}); retrying", file=sys.stderr)
+                    continue
+                when = {"started": started, "finished": time.time()}  # unix seconds
+                return replace(cost, info={**cost.info, **when})
         raise AssertionError("unreachable")
 
     def _in_process(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
