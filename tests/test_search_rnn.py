@@ -45,7 +45,8 @@ def test_search_never_worsens_the_predicted_cost_and_stays_legal(model, case):
     assert is_legal(task, found.placement)
     [start_cost, end_cost] = predicted_overall(model, task, [start, found.placement])
     assert found.start_cost == pytest.approx(start_cost, rel=1e-5)
-    assert found.cost == pytest.approx(end_cost, rel=1e-5) and end_cost <= start_cost * (1 + 1e-5)
+    assert found.cost == pytest.approx(end_cost, rel=1e-5)
+    assert end_cost <= start_cost + 1e-5 * abs(start_cost)  # untrained costs may be negative
     again = local_search(task, start, costnet_scorer(model, task), max_rounds=10, seed=seed)
     assert again.placement == found.placement  # deterministic given the seed
 

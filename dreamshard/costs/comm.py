@@ -53,12 +53,17 @@ def get_topology(name: str) -> Topology:
 
 def transfer_ms(widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
     """Each device's all-to-all time for pooled widths `widths` (one entry per device)."""
+    return transfer_many(np.asarray(widths, dtype=np.float64)[None], batch_size, topology)[0]
+
+
+def transfer_many(widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
+    """`transfer_ms` of many placements at once: widths [..., D] -> times [..., D] in ms."""
     widths = np.asarray(widths, dtype=np.float64)
-    d = len(widths)
+    d = widths.shape[-1]
     if d <= 1:
-        return np.zeros(d)
+        return np.zeros_like(widths)
     send = batch_size * widths * (d - 1) / d * POOLED_BYTES
-    recv = batch_size / d * (widths.sum() - widths) * POOLED_BYTES
+    recv = batch_size / d * (widths.sum(axis=-1, keepdims=True) - widths) * POOLED_BYTES
     seconds = np.maximum(send, recv) / (topology.bandwidth_gbps * 1e9)
     return topology.latency_ms * (d - 1) + seconds * 1000.0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import get_topology, modeled_comm, transfer_ms
+from dreamshard.costs.comm import get_topology, modeled_comm, transfer_many
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -176,7 +176,7 @@ class SimulatedBackend:
         fwd, bwd = self.model.predict(features)
         fwd, bwd, dims = fwd.reshape(n, d), bwd.reshape(n, d), dims.reshape(n, d)
         topology = get_topology(self.topology)
-        transfer = np.stack([transfer_ms(w, batch, topology) for w in dims])  # [N, D]
+        transfer = transfer_many(dims, batch, topology)  # [N, D]
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
         return (fwd + wait + 2 * transfer + bwd).max(axis=1)
 

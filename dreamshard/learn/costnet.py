@@ -9,6 +9,13 @@ slowest forward, then every device exchanges and runs its backward, so
     overall = max_d fwd_comp + max_d (2 x bwd_comm + bwd_comp)
 
 (the forward exchange moves the same bytes as the backward one). Any number of devices fits.
+
+Where the backend models the all-to-all (`comm` set: its topology and batch size), the
+network's bwd_comm head is not used for the overall: the all-to-all time comes from the same
+topology model (`costs.comm`), which depends on every device's width and on the device count,
+things a device's own vector cannot know. The network then predicts compute, which does not
+change with the device count, and zero-shot tasks on more devices keep exact communication.
+Where communication is measured (torchrun), `comm` is None and the head predicts it.
 The paper reads the overall cost from a separate head over the element-wise max of the device
 vectors; on exact costs that head ranked the placements the planner chooses among far worse
 (Spearman 0.38-0.55 against 0.70-0.85 composed, docs/learning.md), so it is gone. Targets are
@@ -24,8 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from dreamshard.costs.comm import get_topology, transfer_many
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
+from dreamshard.tables.traces import table_batch_size
 
 DEVICE_TERMS = ("fwd_comp", "bwd_comm", "bwd_comp")  # fwd_comm depends on the other devices
 
@@ -47,10 +56,14 @@ class PlacementBatch:
     table_device: torch.Tensor  # [tables] global device index
     device_placement: torch.Tensor  # [devices] placement index
     num_placements: int
+    device_comm: torch.Tensor | None = None  # [devices] modeled all-to-all ms, when known
 
 
-def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]]) -> PlacementBatch:
-    """From (features [T, 21], device per table [T], number of devices) per placement."""
+def make_batch(
+    items: list[tuple[np.ndarray, np.ndarray, int]], device_comm: np.ndarray | None = None
+) -> PlacementBatch:
+    """From (features [T, 21], device per table [T], number of devices) per placement, and
+    optionally every device's modeled all-to-all time in ms (devices in the same order)."""
     features, table_device, device_placement, offset = [], [], [], 0
     for p, (feats, devices, num_devices) in enumerate(items):
         features.append(feats)
@@ -62,6 +75,7 @@ def make_batch(items: list[tuple[np.ndarray, np.ndarray, int]]) -> PlacementBatc
         torch.from_numpy(np.concatenate(table_device)).long(),
         torch.from_numpy(np.concatenate(device_placement)).long(),
         len(items),
+        None if device_comm is None else torch.as_tensor(device_comm, dtype=torch.float32),
     )
 
 
@@ -70,19 +84,31 @@ def occupied(vectors: torch.Tensor) -> torch.Tensor:
     return vectors.abs().sum(dim=-1) > 0
 
 
-def compose_overall(device_costs: torch.Tensor, occupied: torch.Tensor) -> torch.Tensor:
+def compose_overall(
+    device_costs: torch.Tensor, occupied: torch.Tensor, comm: torch.Tensor | None = None
+) -> torch.Tensor:
     """[...] overall costs from per-device costs [..., devices, 3] (fwd_comp, bwd_comm,
-    bwd_comp); devices not `occupied` [..., devices] take no part in the maxima."""
+    bwd_comp); devices not `occupied` [..., devices] take no part in the maxima.
+
+    With `comm` [..., devices] (the modeled all-to-all, same scale) in place of the bwd_comm
+    head, every device takes part in the backward term: an empty device still exchanges.
+    """
     skip = torch.where(occupied, 0.0, float("-inf"))
     forward = (device_costs[..., 0] + skip).max(dim=-1).values
-    rest = (2 * device_costs[..., 1] + device_costs[..., 2] + skip).max(dim=-1).values
-    return forward + rest
+    if comm is None:
+        rest = 2 * device_costs[..., 1] + device_costs[..., 2] + skip
+    else:
+        rest = 2 * comm + device_costs[..., 2] * occupied
+    return forward + rest.max(dim=-1).values
 
 
 class CostNet(nn.Module):
-    def __init__(self, hidden: int = 128, embed: int = 32, head_hidden: int = 64):
+    def __init__(
+        self, hidden: int = 128, embed: int = 32, head_hidden: int = 64, comm: dict | None = None
+    ):
         super().__init__()
-        self.config = {"hidden": hidden, "embed": embed, "head_hidden": head_hidden}
+        self.config = {"hidden": hidden, "embed": embed, "head_hidden": head_hidden, "comm": comm}
+        self.comm = comm  # {"topology": name, "batch": default batch size} or None
         self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.device_heads = nn.ModuleList(mlp(embed, head_hidden, 1) for _ in DEVICE_TERMS)
         self.register_buffer("scale", torch.tensor(1.0))
@@ -99,11 +125,23 @@ class CostNet(nn.Module):
         costs = torch.cat([head(vectors) for head in self.device_heads], dim=-1)
         return costs * occupied(vectors)[..., None]
 
-    def overall(self, vectors: torch.Tensor, device_placement: torch.Tensor, n: int):
-        """[n] scaled overall costs of n placements from their device vectors [devices, embed]."""
+    def overall(
+        self,
+        vectors: torch.Tensor,
+        device_placement: torch.Tensor,
+        n: int,
+        device_comm: torch.Tensor | None = None,
+    ):
+        """[n] scaled overall costs of n placements from their device vectors [devices, embed]
+        (and, for a network with modeled communication, the devices' all-to-all ms)."""
         costs = self.device_costs(vectors)
-        skip = torch.where(occupied(vectors), 0.0, float("-inf"))
-        terms = torch.stack([costs[:, 0] + skip, 2 * costs[:, 1] + costs[:, 2] + skip], dim=1)
+        busy = occupied(vectors)
+        skip = torch.where(busy, 0.0, float("-inf"))
+        if self.comm is not None and device_comm is not None:
+            rest = 2 * device_comm / self.scale + costs[:, 2] * busy
+        else:
+            rest = 2 * costs[:, 1] + costs[:, 2] + skip
+        terms = torch.stack([costs[:, 0] + skip, rest], dim=1)
         pooled = terms.new_full((n, 2), float("-inf"))
         index = device_placement[:, None].expand_as(terms)
         return pooled.scatter_reduce(0, index, terms, reduce="amax").sum(dim=1)
@@ -111,14 +149,41 @@ class CostNet(nn.Module):
     def forward(self, batch: PlacementBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Scaled (per-device costs [devices, 3], overall [placements])."""
         vectors = self.device_vectors(batch)
-        overall = self.overall(vectors, batch.device_placement, batch.num_placements)
+        overall = self.overall(
+            vectors, batch.device_placement, batch.num_placements, batch.device_comm
+        )
         return self.device_costs(vectors), overall
+
+    def comm_ms(self, task: PlacementTask, devices: np.ndarray) -> np.ndarray | None:
+        """[..., D] the modeled all-to-all ms of placements `devices` [..., T] of `task`, or
+        None when this network predicts communication itself."""
+        if self.comm is None:
+            return None
+        devices = np.asarray(devices, dtype=np.int64)
+        dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+        flat = devices.reshape(-1, devices.shape[-1])
+        d = task.num_devices
+        slot = (flat + d * np.arange(len(flat))[:, None]).ravel()
+        widths = np.bincount(slot, np.tile(dims, len(flat)), len(flat) * d).reshape(len(flat), d)
+        return self.transfer_ms(task, widths).reshape(*devices.shape[:-1], d)
+
+    def transfer_ms(self, task: PlacementTask, widths: np.ndarray) -> np.ndarray | None:
+        """[..., D] the modeled all-to-all ms for device widths [..., D] (None: not modeled)."""
+        if self.comm is None:
+            return None
+        batch = table_batch_size(task.tables, self.comm["batch"])
+        return transfer_many(widths, batch, get_topology(self.comm["topology"]))
 
     @torch.no_grad()
     def predict_ms(self, task: PlacementTask, placement: Placement) -> tuple[np.ndarray, float]:
-        """(per-device [fwd_comp, bwd_comm, bwd_comp] in ms, overall ms) for one placement."""
+        """(per-device [fwd_comp, bwd_comm, bwd_comp] in ms, overall ms) for one placement;
+        bwd_comm is the modeled all-to-all where the network has one."""
+        comm = self.comm_ms(task, np.array(placement.devices))
         batch = make_batch(
-            [(feature_matrix(task.tables), np.array(placement.devices), task.num_devices)]
+            [(feature_matrix(task.tables), np.array(placement.devices), task.num_devices)], comm
         )
         devices, overall = self(batch)
-        return (devices * self.scale).numpy(), float(overall[0] * self.scale)
+        devices = (devices * self.scale).numpy()
+        if comm is not None:
+            devices[:, 1] = comm
+        return devices, float(overall[0] * self.scale)

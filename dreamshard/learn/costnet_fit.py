@@ -8,6 +8,41 @@ from scipy import stats
 
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, make_batch
 from dreamshard.learn.costnet_data import Example
+from dreamshard.learn.train_config import COSTNET_LOSSES
+
+
+def example_batch(costnet: CostNet, examples: list[Example]):
+    """The examples as one batch; a network with modeled communication gets the measured
+    placements' all-to-all times (the dataset's bwd_comm, which that same model produced)."""
+    comm = None
+    if costnet.comm is not None:
+        comm = np.concatenate([e.device_targets[:, 1] for e in examples])
+    return make_batch([e.as_input() for e in examples], comm)
+
+
+FLOOR = 0.02  # scaled costs (fractions of the median overall cost) below this count as this
+
+
+def costnet_loss(kind: str, predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """One head's loss on scaled costs (ms / the network's scale).
+
+    "mse" (the paper's) weighs an error by its size in ms, so the cheap devices and placements
+    hardly count; "relative" and "log" weigh it relative to the cost, as MAPE does. "log"
+    compares log costs (the prediction made positive by a sharp softplus), so over- and
+    under-prediction by the same factor cost the same. Both skip zero targets (empty devices).
+    """
+    if kind == "mse":
+        return torch.nn.functional.mse_loss(predicted, target)
+    keep = target > 0
+    if not keep.any():
+        return predicted.sum() * 0.0
+    predicted, target = predicted[keep], target[keep]
+    if kind == "relative":
+        return ((predicted - target) / target.clamp(min=FLOOR)).pow(2).mean()
+    if kind == "log":
+        positive = torch.nn.functional.softplus(predicted, beta=20.0)
+        return (torch.log(positive + FLOOR) - torch.log(target + FLOOR)).pow(2).mean()
+    raise ValueError(f"unknown cost-network loss {kind!r}; choose one of {COSTNET_LOSSES}")
 
 
 def _targets(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,14 +71,15 @@ def fit_costnet(state, config, examples: list[Example]) -> list[float]:
             group["lr"] = config.learning_rate * max(0.0, 1.0 - global_step / total)
         picks = state.rng.integers(len(examples), size=min(config.costnet_batch, len(examples)))
         batch_examples = [examples[i] for i in picks]
-        batch = make_batch([e.as_input() for e in batch_examples])
+        batch = example_batch(costnet, batch_examples)
         device_target, overall_target = _targets(batch_examples)
         device_pred, overall_pred = costnet(batch)
         scale = costnet.scale
+        kind = config.costnet_loss
         loss = sum(
-            torch.nn.functional.mse_loss(device_pred[:, k], device_target[:, k] / scale)
+            costnet_loss(kind, device_pred[:, k], device_target[:, k] / scale)
             for k in range(len(DEVICE_TERMS))
-        ) + torch.nn.functional.mse_loss(overall_pred, overall_target / scale)
+        ) + costnet_loss(kind, overall_pred, overall_target / scale)
         state.costnet_optimizer.zero_grad()
         loss.backward()
         state.costnet_optimizer.step()
@@ -54,10 +90,16 @@ def fit_costnet(state, config, examples: list[Example]) -> list[float]:
 
 @torch.no_grad()
 def costnet_errors(costnet: CostNet, examples: list[Example]) -> dict[str, float]:
-    """Per-head MAE (ms) and MAPE, and the overall cost's Spearman rank correlation."""
-    batch = make_batch([e.as_input() for e in examples])
+    """Per-head MAE (ms) and MAPE, and the overall cost's Spearman rank correlation.
+
+    With modeled communication the network's bwd_comm is the modeled all-to-all, as in
+    `CostNet.predict_ms`: its error is zero by construction, the compute heads' is not.
+    """
+    batch = example_batch(costnet, examples)
     device_pred, overall_pred = costnet(batch)
     device_pred, overall_pred = device_pred * costnet.scale, overall_pred * costnet.scale
+    if batch.device_comm is not None:
+        device_pred[:, 1] = batch.device_comm
     device_true, overall_true = _targets(examples)
     errors: dict[str, float] = {}
     for k, term in enumerate(DEVICE_TERMS):
@@ -67,6 +109,8 @@ def costnet_errors(costnet: CostNet, examples: list[Example]) -> dict[str, float
         errors[f"{term}_mape"] = float(((pred - true).abs() / true)[keep].mean())
     errors["overall_mae_ms"] = float((overall_pred - overall_true).abs().mean())
     errors["overall_mape"] = float(((overall_pred - overall_true).abs() / overall_true).mean())
+    # the mean signed relative error: negative when the network predicts too low
+    errors["overall_bias"] = float(((overall_pred - overall_true) / overall_true).mean())
     if len(examples) > 2:
         errors["overall_spearman"] = float(stats.spearmanr(overall_pred, overall_true).statistic)
     return errors
@@ -92,7 +136,7 @@ def spearman_within_tasks(
         true = [e.overall for e in group]
         if np.ptp(true) == 0:
             continue  # nothing to rank
-        _, predicted = costnet(make_batch([e.as_input() for e in group]))
+        _, predicted = costnet(example_batch(costnet, group))
         if np.ptp(predicted.numpy()) == 0:
             rhos.append(0.0)
             continue

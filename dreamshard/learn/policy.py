@@ -62,6 +62,16 @@ def masked_choice(
     return action, log_p[torch.arange(len(action)), action], entropy, stuck
 
 
+def episodes_overall(
+    costnet: CostNet, task: PlacementTask, devices: np.ndarray, cost_sum: torch.Tensor
+) -> torch.Tensor:
+    """[E] scaled predicted overall costs of episodes from their device vectors [E, D, embed]."""
+    comm = costnet.comm_ms(task, devices)
+    if comm is not None:
+        comm = torch.from_numpy(comm).float() / costnet.scale
+    return compose_overall(costnet.device_costs(cost_sum), occupied(cost_sum), comm)
+
+
 def reinforce_loss(rollout: Rollout, entropy_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, reward) of episodes of one task: reward minus the predicted overall cost,
     normalised within the episodes; an episode that ran out of room scores below every other."""
@@ -141,7 +151,7 @@ class PlacementPolicy(nn.Module):
             used[np.arange(e), picked] += sizes[table]
             devices[:, table] = picked
         with torch.no_grad():
-            predicted = compose_overall(costnet.device_costs(cost_sum), occupied(cost_sum))
+            predicted = episodes_overall(costnet, task, devices, cost_sum)
         return Rollout(
             devices,
             torch.stack(log_probs).sum(0),
@@ -293,5 +303,5 @@ def fast_rollout(
     devices[:, order] = actions.T
     log_prob, entropy = episode_statistics(logits, allowed, actions)
     cost_sum = torch.from_numpy(state[:, :, policy_encoded.shape[1] :])
-    predicted = compose_overall(costnet.device_costs(cost_sum), occupied(cost_sum))
+    predicted = episodes_overall(costnet, task, devices, cost_sum)
     return Rollout(devices, torch.from_numpy(log_prob), torch.from_numpy(entropy), predicted, legal)

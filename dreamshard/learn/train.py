@@ -37,6 +37,7 @@ from dreamshard.learn.model_file import (
 from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.tables.traces import DEFAULT_BATCH
 
 
 @dataclass
@@ -53,9 +54,19 @@ class TrainState:
     history: list[dict] = field(default_factory=list)
 
 
+def modeled_comm(backend) -> dict | None:
+    """The cost network's `comm` for a backend that models the all-to-all (its topology and
+    batch size), or None where communication is measured and the network must learn it."""
+    topology = backend.config().get("topology")
+    if topology in (None, "measured"):
+        return None
+    return {"topology": topology, "batch": int(getattr(backend, "batch_size", DEFAULT_BATCH))}
+
+
 def fresh_state(config: TrainConfig) -> TrainState:
     torch.manual_seed(config.seed)
-    costnet, policy = CostNet(), PlacementPolicy(table_aware=config.table_aware)
+    comm = modeled_comm(make_backend(config.backend, config.measure_iterations))
+    costnet, policy = CostNet(comm=comm), PlacementPolicy(table_aware=config.table_aware)
     if config.init_model:
         start = load_model(config.init_model)
         costnet.load_state_dict(start.costnet.state_dict())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
+
 
 @dataclass
 class TrainConfig:
@@ -14,6 +16,9 @@ class TrainConfig:
     placements_per_iteration: int = 10
     costnet_steps: int = 300
     costnet_batch: int = 64
+    # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median
+    # cost (the paper's), "relative" (squared relative error) or "log" (log space)
+    costnet_loss: str = "mse"
     policy_updates: int = 10
     episodes: int = 10
     learning_rate: float = 5e-4

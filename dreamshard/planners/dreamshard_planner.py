@@ -27,7 +27,11 @@ from dreamshard.tables.features import feature_matrix
 @torch.no_grad()
 def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -> list[float]:
     features = feature_matrix(task.tables)
-    batch = make_batch([(features, p.devices, task.num_devices) for p in placements])
+    comm = model.costnet.comm_ms(task, np.array([p.devices for p in placements]))
+    batch = make_batch(
+        [(features, p.devices, task.num_devices) for p in placements],
+        None if comm is None else comm.ravel(),
+    )
     _, overall = model.costnet(batch)
     return (overall * model.costnet.scale).tolist()
 
@@ -105,34 +109,39 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     lowest overall cost of the placement so far (among devices the completion guard allows).
 
     The learned cost in a plain greedy rule: per table one batch of the device heads, and the
-    overall with one device changed from the two largest terms. None if it gets stuck.
+    overall of each choice from a [choice, device] matrix of the two composed terms (with
+    modeled communication every device's all-to-all changes with the chosen one's width).
+    None if it gets stuck.
     """
     _, encoded, order, guard = table_order(task, costnet)
     d, sizes = task.num_devices, task.table_bytes()
+    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+    widths = np.zeros(d)
     sums = encoded.new_zeros(d, encoded.shape[1])
-    terms = encoded.new_zeros(2, d)  # per device: fwd_comp, 2 x bwd_comm + bwd_comp (empty: 0)
+    fwd = encoded.new_full((d,), float("-inf"))  # per device, -inf while empty
+    comp = encoded.new_zeros(d)  # bwd_comp (0 while empty)
+    head_comm = encoded.new_full((d,), float("-inf"))  # 2 x bwd_comm head (learned comm only)
     used = np.zeros((1, d), dtype=np.int64)
-    devices = np.empty(len(order), dtype=np.int64)
+    devices = np.full(len(order), -1, dtype=np.int64)
+    eye = torch.eye(d, dtype=torch.bool)
     for step, table in enumerate(order):
         allowed = torch.from_numpy(guard.mask(step, used)[0])
         if not allowed.any():
             return None
         costs = costnet.device_costs(sums + encoded[table])  # [D, 3]: the table on each device
-        new = torch.stack([costs[:, 0], 2 * costs[:, 1] + costs[:, 2]])
-        overall = (torch.maximum(new, others_max(terms))).sum(0)
+        forward = torch.where(eye, costs[:, 0][:, None], fwd[None]).max(dim=1).values
+        new_comp = torch.where(eye, costs[:, 2][:, None], comp[None])  # [choice, device]
+        comm = costnet.transfer_ms(task, widths + dims[table] * np.eye(d))  # [choice, device]
+        if comm is None:
+            rest = torch.where(eye, (2 * costs[:, 1] + costs[:, 2])[:, None], head_comm + comp)
+        else:
+            rest = torch.from_numpy(2 * comm).float() / costnet.scale + new_comp
+        overall = forward + rest.max(dim=1).values
         device = int(torch.where(allowed, overall, float("inf")).argmin())
         sums[device] += encoded[table]
-        terms[:, device] = new[:, device]
+        fwd[device], comp[device] = costs[device, 0], costs[device, 2]
+        head_comm[device] = 2 * costs[device, 1]
         used[0, device] += sizes[table]
+        widths[device] += dims[table]
         devices[table] = device
     return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
-
-
-def others_max(values: torch.Tensor) -> torch.Tensor:
-    """[k, D]: for each device, the max over the other devices (-inf for a single device)."""
-    if values.shape[1] == 1:
-        return torch.full_like(values, float("-inf"))
-    top = values.topk(2, dim=1)
-    first, second = top.values[:, :1], top.values[:, 1:]
-    is_top = torch.arange(values.shape[1]) == top.indices[:, :1]
-    return torch.where(is_top, second, first)

@@ -1,0 +1,257 @@
+"""Local search that re-scores only the devices a move changes: seconds at any size.
+
+Both cost models the planners search on are *device-additive*: a device's compute is a function
+of the sum of per-table vectors (the cost network's table encodings; the analytic model's
+lookups, volume, touched rows and widths), and the all-to-all depends only on the devices'
+widths. A placement's overall cost is then
+
+    overall = max_d fwd(S_d) + max_d (2 x comm_d(widths) + bwd(S_d))
+
+so a move or a swap changes two device sums, and its cost needs two device evaluations, not D.
+Only moves that touch a *critical* device (one holding the forward or the backward maximum)
+can lower the overall cost, since every other move leaves both maxima where they are or
+raises them; the search lists just those: every table of a critical device moved to any
+device with room, and swapped with every table elsewhere (both devices within the cap). It
+takes the best neighbour each round (best improvement) until none is better, `max_rounds`
+rounds pass, or `seconds` run out.
+
+`DeviceModel` is what a cost model provides; `costnet_model` and `analytic_model` build one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dreamshard.costs.comm import get_topology, transfer_many
+from dreamshard.costs.simulated import CACHE_BYTES, SimulatedBackend
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.policy import linear_weights
+from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
+from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.traces import expected_unique_rows, table_batch_size
+
+
+@dataclass
+class DeviceModel:
+    """A device-additive cost model of one task.
+
+    `vectors` [T, F]: each table's additive vector. `terms(S)` maps device sums [N, F] to
+    (fwd [N], bwd [N], own_comm [N] or None); own_comm is a per-device communication that
+    depends on the device's sum alone (a learned head), else `transfer(widths)` [N, D] gives
+    the modeled all-to-all from the devices' widths. An empty device (zero sum) costs nothing
+    itself; with a modeled all-to-all it still exchanges.
+    """
+
+    vectors: np.ndarray
+    terms: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+    transfer: Callable[[np.ndarray], np.ndarray] | None
+    dims: np.ndarray  # [T] each table's width
+
+    def device_terms(self, sums: np.ndarray, busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(fwd, rest without modeled comm) per device sum [N, F]; -inf/0 where not busy."""
+        fwd, bwd, own = self.terms(sums)
+        fwd = np.where(busy, fwd, -np.inf)
+        if own is None:
+            rest = np.where(busy, bwd, 0.0)
+        else:
+            rest = np.where(busy, 2 * own + bwd, -np.inf)
+        return fwd, rest
+
+    def overall(self, fwd: np.ndarray, rest: np.ndarray, widths: np.ndarray) -> np.ndarray:
+        """[N] overall costs from per-device fwd, rest [N, D] and widths [N, D]."""
+        if self.transfer is not None:
+            rest = rest + 2 * self.transfer(widths)
+        return fwd.max(axis=-1) + rest.max(axis=-1)
+
+    def cost(self, task: PlacementTask, devices: np.ndarray) -> float:
+        """The model's overall cost of one placement."""
+        state = _State.start(self, task, devices)
+        return float(self.overall(state.fwd[None], state.rest[None], state.widths[None])[0])
+
+
+@dataclass
+class _State:
+    devices: np.ndarray  # [T]
+    sums: np.ndarray  # [D, F]
+    count: np.ndarray  # [D] tables per device
+    widths: np.ndarray  # [D]
+    used: np.ndarray  # [D] bytes
+    fwd: np.ndarray  # [D]
+    rest: np.ndarray  # [D]
+
+    @classmethod
+    def start(cls, model: DeviceModel, task: PlacementTask, devices: np.ndarray) -> _State:
+        d = task.num_devices
+        sums = np.zeros((d, model.vectors.shape[1]))
+        np.add.at(sums, devices, model.vectors)
+        count = np.bincount(devices, minlength=d)
+        widths = np.bincount(devices, model.dims, d).astype(np.float64)
+        used = device_memory(task, Placement(tuple(int(v) for v in devices)))
+        fwd, rest = model.device_terms(sums, count > 0)
+        return cls(devices.copy(), sums, count, widths, used.astype(np.int64), fwd, rest)
+
+
+def device_search(
+    task: PlacementTask,
+    start: Placement,
+    model: DeviceModel,
+    seconds: float | None = None,
+    max_rounds: int | None = None,
+) -> tuple[Placement, float, int]:
+    """(best placement found, its model cost, improving steps) from `start`; deterministic."""
+    began = time.perf_counter()
+    deadline = began + seconds if seconds is not None else float("inf")
+    sizes = task.table_bytes().astype(np.int64)
+    cap, d = task.memory_cap_bytes, task.num_devices
+    state = _State.start(model, task, np.asarray(start.devices, dtype=np.int64))
+    cost = float(model.overall(state.fwd[None], state.rest[None], state.widths[None])[0])
+    steps = 0
+    while (max_rounds is None or steps < max_rounds) and time.perf_counter() < deadline:
+        rows = _critical_neighbours(state, model, sizes, cap, d)
+        if not len(rows):
+            break
+        costs = _score(state, model, rows, d)
+        best = int(costs.argmin())
+        if not costs[best] < cost * (1 - 1e-9):
+            break
+        _apply(state, model, rows[best], sizes)
+        cost = float(costs[best])
+        steps += 1
+    return Placement(tuple(int(v) for v in state.devices), start.method), cost, steps
+
+
+def _critical_neighbours(state: _State, model, sizes, cap, d) -> np.ndarray:
+    """[N, 4] (table a, a's new device, table b or -1, b's new device) touching a device
+    that holds a maximum."""
+    rest = state.rest
+    if model.transfer is not None:
+        rest = rest + 2 * model.transfer(state.widths[None])[0]
+    critical = np.unique([int(np.argmax(state.fwd)), int(np.argmax(rest))])
+    tables = np.flatnonzero(np.isin(state.devices, critical))
+    source = state.devices[tables]
+    # moves: a critical table to any other device with room
+    a, target = np.repeat(tables, d), np.tile(np.arange(d), len(tables))
+    keep = (target != state.devices[a]) & (state.used[target] + sizes[a] <= cap)
+    moves = np.stack([a[keep], target[keep], -np.ones(keep.sum(), int), -np.ones(keep.sum(), int)])
+    # swaps: a critical table with any table on another device
+    others = np.arange(len(state.devices))
+    a, b = np.repeat(tables, len(others)), np.tile(others, len(tables))
+    da, db = np.repeat(source, len(others)), state.devices[b]
+    keep = (da != db) & ~((np.isin(b, tables)) & (b < a))  # each critical pair once
+    keep &= state.used[da] - sizes[a] + sizes[b] <= cap
+    keep &= state.used[db] - sizes[b] + sizes[a] <= cap
+    swaps = np.stack([a[keep], db[keep], b[keep], da[keep]])
+    return np.concatenate([moves, swaps], axis=1).T
+
+
+def _score(state: _State, model: DeviceModel, rows: np.ndarray, d: int) -> np.ndarray:
+    """Overall costs of the neighbours `rows`: two changed devices each."""
+    a, to_a, b, to_b = rows.T
+    swap = b >= 0
+    from_a = state.devices[a]
+    vec = model.vectors
+    delta = vec[a] - np.where(swap[:, None], vec[np.maximum(b, 0)], 0.0)
+    width = model.dims[a] - np.where(swap, model.dims[np.maximum(b, 0)], 0.0)
+    count = 1 - swap.astype(int)
+    # device losing a (gaining b on a swap), device gaining a (losing b)
+    changed_sums = np.concatenate([state.sums[from_a] - delta, state.sums[to_a] + delta])
+    changed_count = np.concatenate([state.count[from_a] - count, state.count[to_a] + count])
+    fwd2, rest2 = model.device_terms(changed_sums, changed_count > 0)
+    n = len(rows)
+    index = np.arange(n)
+    fwd = np.repeat(state.fwd[None], n, axis=0)
+    rest = np.repeat(state.rest[None], n, axis=0)
+    widths = np.repeat(state.widths[None], n, axis=0)
+    fwd[index, from_a], fwd[index, to_a] = fwd2[:n], fwd2[n:]
+    rest[index, from_a], rest[index, to_a] = rest2[:n], rest2[n:]
+    widths[index, from_a] -= width
+    widths[index, to_a] += width
+    return model.overall(fwd, rest, widths)
+
+
+def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray) -> None:
+    a, to_a, b, to_b = (int(v) for v in row)
+    moved = [(a, to_a)] + ([(b, to_b)] if b >= 0 else [])
+    changed = [int(state.devices[a]), to_a]
+    for table, target in moved:
+        source = state.devices[table]
+        state.sums[source] -= model.vectors[table]
+        state.sums[target] += model.vectors[table]
+        state.count[source] -= 1
+        state.count[target] += 1
+        state.widths[source] -= model.dims[table]
+        state.widths[target] += model.dims[table]
+        state.used[source] -= sizes[table]
+        state.used[target] += sizes[table]
+        state.devices[table] = target
+    fwd, rest = model.device_terms(state.sums[changed], state.count[changed] > 0)
+    state.fwd[changed], state.rest[changed] = fwd, rest
+
+
+def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
+    """The cost network as a device-additive model (scaled costs; NumPy copies of its heads)."""
+    with torch.no_grad():
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables))).double()
+    heads = [
+        [(w.astype(np.float64), c.astype(np.float64)) for w, c in linear_weights(h)]
+        for h in costnet.device_heads
+    ]
+
+    def run(head, x):
+        for i, (w, c) in enumerate(head):
+            x = x @ w + c
+            if i < len(head) - 1:
+                x = np.maximum(x, 0)
+        return x[..., 0]
+
+    def terms(sums):
+        fwd, comm, bwd = (run(h, sums) for h in heads)
+        return fwd, bwd, (None if costnet.comm is not None else comm)
+
+    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+    transfer = None
+    if costnet.comm is not None:
+        scale = float(costnet.scale)
+        batch = table_batch_size(task.tables, costnet.comm["batch"])
+        topology = get_topology(costnet.comm["topology"])
+        transfer = lambda widths: transfer_many(widths, batch, topology) / scale  # noqa: E731
+    return DeviceModel(encoded.numpy(), terms, transfer, dims)
+
+
+def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None) -> DeviceModel:
+    """The simulated backend's analytic model as a device-additive model (ms)."""
+    backend = backend or SimulatedBackend()
+    batch = table_batch_size(task.tables, backend.batch_size)
+    vectors = np.array(
+        [
+            [
+                batch * t.pooling_factor,
+                batch * t.pooling_factor * t.dim,
+                expected_unique_rows(t, batch) * t.dim,
+                batch * t.dim,
+                t.dim,
+                1.0,
+            ]
+            for t in task.tables
+        ]
+    )
+    fwd_w, bwd_w = np.array(backend.model.fwd), np.array(backend.model.bwd)
+
+    def terms(sums):
+        lookups, volume, touched, width, dims, count = sums.T
+        working_set = 4 * (touched + width)
+        miss = np.maximum(0.0, 1.0 - CACHE_BYTES / np.maximum(working_set, 1e-30))
+        features = np.stack(
+            [count > 0, count, lookups, volume, touched, width, lookups * dims, volume * miss],
+            axis=1,
+        )
+        return features @ fwd_w, features @ bwd_w, None
+
+    topology = get_topology(backend.topology)
+    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+    return DeviceModel(vectors, terms, lambda w: transfer_many(w, batch, topology), dims)

@@ -1,0 +1,63 @@
+"""The device-level search scores exactly what the cost models say, and only improves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.learn.costnet import CostNet
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import make_suite
+from dreamshard.placement.tasks import is_legal
+from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
+from dreamshard.planners.search import apply_neighbours, costnet_scorer, legal_neighbours
+
+TASKS = [make_suite("cpu-16x3").test_tasks[0], make_suite("cpu-50x4").test_tasks[1]]
+
+
+def untrained(comm: dict | None, seed: int) -> DreamShardModel:
+    torch.manual_seed(seed)
+    costnet = CostNet(comm=comm)
+    costnet.scale.fill_(2.5)
+    return DreamShardModel(costnet, PlacementPolicy())
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
+def test_the_analytic_model_is_the_simulated_backend(task):
+    backend = SimulatedBackend()
+    model = analytic_model(task, backend)
+    placements = [PLANNERS["random"](task, seed) for seed in range(6)]
+    exact = backend.overall_many(task, placements)
+    ours = [model.cost(task, np.array(p.devices)) for p in placements]
+    assert ours == pytest.approx(exact.tolist(), rel=1e-9)
+    found, cost, steps = device_search(task, placements[0], model)
+    assert is_legal(task, found)
+    assert cost == pytest.approx(backend.measure(task, found).overall, rel=1e-9)
+    assert steps > 0 and cost < exact[0]
+
+
+@pytest.mark.parametrize("comm", [None, {"topology": "cpu-gloo", "batch": 2048}])
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
+def test_the_costnet_model_is_the_cost_network(task, comm):
+    """Learned or modeled communication alike: the same numbers as the network's own scorer,
+    and a search that ends at a legal placement no worse than where it began, where no move
+    and no swap at all (not only those touching a critical device) is cheaper."""
+    model = untrained(comm, seed=len(task.tables))
+    placements = [PLANNERS["random"](task, seed) for seed in range(6)]
+    scorer = costnet_scorer(model, task)
+    reference = np.array(scorer(placements)) / 2.5
+    searched = costnet_model(model.costnet, task)
+    ours = [searched.cost(task, np.array(p.devices)) for p in placements]
+    assert ours == pytest.approx(reference.tolist(), rel=1e-4, abs=1e-6)
+    found, cost, _ = device_search(task, placements[0], searched)
+    assert is_legal(task, found)
+    assert cost * 2.5 == pytest.approx(scorer([found])[0], rel=1e-4, abs=1e-5)
+    assert cost <= ours[0] + 1e-9
+    neighbours = apply_neighbours(
+        np.array(found.devices), legal_neighbours(task, np.array(found.devices))
+    )
+    assert min(scorer(neighbours)) >= cost * 2.5 - 1e-4 * abs(cost * 2.5) - 1e-6
