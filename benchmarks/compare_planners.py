@@ -79,7 +79,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--train-iterations", type=int, default=TrainConfig.iterations)
     parser.add_argument("--rnn", help="a trained RNN placer (default: train one here)")
-    parser.add_argument("--rnn-updates", type=int, default=RnnTrainConfig.updates)
+    parser.add_argument(
+        "--rnn-updates",
+        type=int,
+        help="REINFORCE updates of the RNN trained here (default: as many as the model's policy)",
+    )
     parser.add_argument("--suites", default=SUITES)
     parser.add_argument(
         "--tasks", type=int, default=1, help="held-out tasks per suite (~25 min each)"
@@ -128,15 +132,12 @@ def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnP
     config = RnnTrainConfig(
         suite=model.metadata.get("suite", "cpu-50x4"), updates=args.rnn_updates, seed=args.seed
     )
-    log(
-        f"no --rnn: training one on {config.suite} against the model's cost network "
-        f"({config.updates} updates)"
-    )
+    log(f"no --rnn: training one on {config.suite} against the model's cost network")
     start = time.monotonic()
     placer = train_rnn(model, config, log=log)
     return placer, (
-        f"trained by this run on {config.suite} against the model's cost network, "
-        f"{config.updates} updates ({time.monotonic() - start:.0f} s)"
+        f"trained by this run on {placer.metadata['train']['suite']} against the model's cost "
+        f"network, {placer.metadata['budget']} ({time.monotonic() - start:.0f} s)"
     )
 
 
