@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from dreamshard.cli.args import positive
 from dreamshard.learn.rnn_config import RnnTrainConfig
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
 
 
 def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
@@ -69,6 +69,15 @@ def add_train_command(sub) -> None:
             default=value,
             help=f"{help_text} (default {value})",
         )
+    tr.add_argument(
+        "--costnet-loss",
+        dest="costnet_loss",
+        choices=COSTNET_LOSSES,
+        default=defaults.costnet_loss,
+        help="the cost network's loss: mse on costs scaled by the median cost (the paper's), "
+        "relative (squared relative error) or log (squared error of log costs) "
+        f"(default {defaults.costnet_loss})",
+    )
     reinforce_options(tr, defaults)
     tr.add_argument(
         "--table-aware",

@@ -16,8 +16,8 @@ class TrainConfig:
     placements_per_iteration: int = 10
     costnet_steps: int = 300
     costnet_batch: int = 64
-    # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median
-    # cost (the paper's), "relative" (squared relative error) or "log" (log space)
+    # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median cost
+    # (the paper's), "relative" (squared relative error) or "log" (log space); docs/learning.md
     costnet_loss: str = "mse"
     policy_updates: int = 10
     episodes: int = 10
