@@ -13,7 +13,10 @@ from dreamshard.learn.policy import PlacementPolicy, fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import least_load_dive, search_assignment
 from dreamshard.placement.tasks import PlacementTask, is_legal
+from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import (
+    PLACE_SEARCH_ROUNDS,
+    PLACE_SEARCH_SCORED,
     costnet_greedy,
     dreamshard_place,
     predicted_overall,
@@ -114,7 +117,15 @@ def test_the_planner_picks_what_the_reference_episodes_would_give(seed):
     candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
     candidates = [c for c in candidates if is_legal(task, c)]
     scores = predicted_overall(model, task, candidates)
-    expected = candidates[int(np.argmin(scores))]
+    best = candidates[int(np.argmin(scores))]
+    # then the short search on the cost network from the best candidate
+    expected, _, _ = device_search(
+        task,
+        best,
+        costnet_model(costnet, task),
+        max_rounds=PLACE_SEARCH_ROUNDS,
+        max_scored=PLACE_SEARCH_SCORED,
+    )
     assert dreamshard_place(task, model, samples=3, seed=seed).devices == expected.devices
 
 

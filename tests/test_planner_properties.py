@@ -25,6 +25,7 @@ from dreamshard.placement.packing import (
 )
 from dreamshard.placement.plan_file import plan_to_dict
 from dreamshard.placement.tasks import PlacementTask, device_memory, is_legal
+from dreamshard.planners import dreamshard_planner
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
 from dreamshard.planners.milp import solve_milp
 from dreamshard.planners.search import dreamshard_search_place, search_analytic_place
@@ -182,7 +183,9 @@ def test_torchrec_plans_are_legal_or_declined_under_binding_caps(tasks, reserve)
 # --- the dreamshard planner's winner ------------------------------------------------------------
 
 
-def test_the_winner_is_the_cheapest_candidate_and_is_named_after_its_source():
+def test_the_winner_is_the_cheapest_candidate_and_is_named_after_its_source(monkeypatch):
+    """Without the final search (tested below), the winner is one of the candidates."""
+    monkeypatch.setattr(dreamshard_planner, "PLACE_SEARCH_ROUNDS", 0)
     kinds = set()
     samples = 4
     for seed in range(10):
@@ -223,3 +226,25 @@ def test_the_winner_is_the_cheapest_candidate_and_is_named_after_its_source():
         plan = plan_to_dict(task, winner)
         assert plan["candidate"] == winner.candidate and plan["method"] == winner.method
     assert {"heuristic", "policy"} <= kinds, "both kinds of winner must occur to test both"
+
+
+def test_the_final_search_only_improves_and_says_where_it_started():
+    searched = 0
+    for seed in range(6):
+        task = binding_task(seed)
+        model = untrained_model(seed)
+        try:
+            ranked = dreamshard_planner.ranked_candidates(task, model, 4, seed)
+        except InfeasibleError:
+            continue
+        winner, cost = ranked[0]
+        assert is_legal(task, winner)
+        assert predicted_overall(model, task, [winner])[0] == pytest.approx(cost, rel=1e-5)
+        assert all(cost <= other + 1e-5 * abs(other) for _, other in ranked[1:])
+        if "search steps" in winner.candidate:
+            searched += 1
+            source, steps = winner.candidate.rsplit(" + ", 1)
+            start = next(c for c, _ in ranked if c.candidate == source)
+            assert winner.method == "dreamshard" and int(steps.split()[0]) > 0
+            assert winner.devices != start.devices
+    assert searched, "the search must improve some winner to test it"

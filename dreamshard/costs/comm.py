@@ -59,11 +59,20 @@ def transfer_ms(widths: np.ndarray, batch_size: int, topology: Topology) -> np.n
 def transfer_many(widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
     """`transfer_ms` of many placements at once: widths [..., D] -> times [..., D] in ms."""
     widths = np.asarray(widths, dtype=np.float64)
-    d = widths.shape[-1]
+    total = widths.sum(axis=-1, keepdims=True)
+    return device_transfer_ms(widths, total, widths.shape[-1], batch_size, topology)
+
+
+def device_transfer_ms(
+    widths: np.ndarray, total: np.ndarray | float, d: int, batch_size: int, topology: Topology
+) -> np.ndarray:
+    """A device's all-to-all time from its own width and the total width of all `d` devices:
+    moving tables between devices leaves the total, and so every other device's time, alone."""
+    widths = np.asarray(widths, dtype=np.float64)
     if d <= 1:
         return np.zeros_like(widths)
     send = batch_size * widths * (d - 1) / d * POOLED_BYTES
-    recv = batch_size / d * (widths.sum(axis=-1, keepdims=True) - widths) * POOLED_BYTES
+    recv = batch_size / d * (total - widths) * POOLED_BYTES
     seconds = np.maximum(send, recv) / (topology.bandwidth_gbps * 1e9)
     return topology.latency_ms * (d - 1) + seconds * 1000.0
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dreamshard.costs.comm import get_topology, transfer_many
+from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.costs.simulated import CACHE_BYTES, SimulatedBackend
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.policy import linear_weights
@@ -42,8 +42,9 @@ class DeviceModel:
 
     `vectors` [T, F]: each table's additive vector. `terms(S)` maps device sums [N, F] to
     (fwd [N], bwd [N], own_comm [N] or None); own_comm is a per-device communication that
-    depends on the device's sum alone (a learned head), else `transfer(widths)` [N, D] gives
-    the modeled all-to-all from the devices' widths. An empty device (zero sum) costs nothing
+    depends on the device's sum alone (a learned head), else `transfer(widths)` [N] gives a
+    device's modeled all-to-all from its own width (the total width never changes, so one
+    device's move leaves the others' times alone). An empty device (zero sum) costs nothing
     itself; with a modeled all-to-all it still exchanges.
     """
 
@@ -52,26 +53,24 @@ class DeviceModel:
     transfer: Callable[[np.ndarray], np.ndarray] | None
     dims: np.ndarray  # [T] each table's width
 
-    def device_terms(self, sums: np.ndarray, busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(fwd, rest without modeled comm) per device sum [N, F]; -inf/0 where not busy."""
+    def device_terms(
+        self, sums: np.ndarray, busy: np.ndarray, widths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(fwd, rest) of devices with sums [N, F], table counts > 0 `busy` and widths [N]:
+        fwd is -inf where idle; rest is 2 x comm + bwd (an idle device only exchanges, or
+        with a learned comm head is -inf)."""
         fwd, bwd, own = self.terms(sums)
         fwd = np.where(busy, fwd, -np.inf)
         if own is None:
-            rest = np.where(busy, bwd, 0.0)
+            rest = np.where(busy, bwd, 0.0) + 2 * self.transfer(widths)
         else:
             rest = np.where(busy, 2 * own + bwd, -np.inf)
         return fwd, rest
 
-    def overall(self, fwd: np.ndarray, rest: np.ndarray, widths: np.ndarray) -> np.ndarray:
-        """[N] overall costs from per-device fwd, rest [N, D] and widths [N, D]."""
-        if self.transfer is not None:
-            rest = rest + 2 * self.transfer(widths)
-        return fwd.max(axis=-1) + rest.max(axis=-1)
-
     def cost(self, task: PlacementTask, devices: np.ndarray) -> float:
         """The model's overall cost of one placement."""
-        state = _State.start(self, task, devices)
-        return float(self.overall(state.fwd[None], state.rest[None], state.widths[None])[0])
+        state = _State.start(self, task, np.asarray(devices, dtype=np.int64))
+        return float(state.fwd.max() + state.rest.max())
 
 
 @dataclass
@@ -87,12 +86,12 @@ class _State:
     @classmethod
     def start(cls, model: DeviceModel, task: PlacementTask, devices: np.ndarray) -> _State:
         d = task.num_devices
-        sums = np.zeros((d, model.vectors.shape[1]))
+        sums = np.zeros((d, model.vectors.shape[1]), dtype=model.vectors.dtype)
         np.add.at(sums, devices, model.vectors)
         count = np.bincount(devices, minlength=d)
         widths = np.bincount(devices, model.dims, d).astype(np.float64)
         used = device_memory(task, Placement(tuple(int(v) for v in devices)))
-        fwd, rest = model.device_terms(sums, count > 0)
+        fwd, rest = model.device_terms(sums, count > 0, widths)
         return cls(devices.copy(), sums, count, widths, used.astype(np.int64), fwd, rest)
 
 
@@ -102,22 +101,31 @@ def device_search(
     model: DeviceModel,
     seconds: float | None = None,
     max_rounds: int | None = None,
+    max_scored: int | None = None,
 ) -> tuple[Placement, float, int]:
-    """(best placement found, its model cost, improving steps) from `start`; deterministic."""
+    """(best placement found, its model cost, improving steps) from `start`.
+
+    Stops at a local optimum, after `max_rounds` steps, once `max_scored` neighbours have
+    been scored (a budget of work, so the answer does not depend on the machine's speed), or
+    when `seconds` run out (the only budget that does).
+    """
     began = time.perf_counter()
     deadline = began + seconds if seconds is not None else float("inf")
     sizes = task.table_bytes().astype(np.int64)
     cap, d = task.memory_cap_bytes, task.num_devices
     state = _State.start(model, task, np.asarray(start.devices, dtype=np.int64))
-    cost = float(model.overall(state.fwd[None], state.rest[None], state.widths[None])[0])
-    steps = 0
+    cost = float(state.fwd.max() + state.rest.max())
+    steps = scored = 0
     while (max_rounds is None or steps < max_rounds) and time.perf_counter() < deadline:
-        rows = _critical_neighbours(state, model, sizes, cap, d)
+        if max_scored is not None and scored >= max_scored:
+            break
+        rows = _critical_neighbours(state, sizes, cap, d)
         if not len(rows):
             break
-        costs = _score(state, model, rows, d)
+        costs = _score(state, model, rows)
+        scored += len(rows)
         best = int(costs.argmin())
-        if not costs[best] < cost * (1 - 1e-9):
+        if not costs[best] < cost - 1e-9 * abs(cost):
             break
         _apply(state, model, rows[best], sizes)
         cost = float(costs[best])
@@ -125,53 +133,57 @@ def device_search(
     return Placement(tuple(int(v) for v in state.devices), start.method), cost, steps
 
 
-def _critical_neighbours(state: _State, model, sizes, cap, d) -> np.ndarray:
+def _critical_neighbours(state: _State, sizes, cap, d) -> np.ndarray:
     """[N, 4] (table a, a's new device, table b or -1, b's new device) touching a device
     that holds a maximum."""
-    rest = state.rest
-    if model.transfer is not None:
-        rest = rest + 2 * model.transfer(state.widths[None])[0]
-    critical = np.unique([int(np.argmax(state.fwd)), int(np.argmax(rest))])
+    critical = np.unique([int(np.argmax(state.fwd)), int(np.argmax(state.rest))])
     tables = np.flatnonzero(np.isin(state.devices, critical))
     source = state.devices[tables]
     # moves: a critical table to any other device with room
     a, target = np.repeat(tables, d), np.tile(np.arange(d), len(tables))
     keep = (target != state.devices[a]) & (state.used[target] + sizes[a] <= cap)
-    moves = np.stack([a[keep], target[keep], -np.ones(keep.sum(), int), -np.ones(keep.sum(), int)])
+    none = -np.ones(int(keep.sum()), dtype=np.int64)
+    moves = np.stack([a[keep], target[keep], none, none])
     # swaps: a critical table with any table on another device
     others = np.arange(len(state.devices))
     a, b = np.repeat(tables, len(others)), np.tile(others, len(tables))
     da, db = np.repeat(source, len(others)), state.devices[b]
-    keep = (da != db) & ~((np.isin(b, tables)) & (b < a))  # each critical pair once
+    keep = (da != db) & ~(np.isin(b, tables) & (b < a))  # each critical pair once
     keep &= state.used[da] - sizes[a] + sizes[b] <= cap
     keep &= state.used[db] - sizes[b] + sizes[a] <= cap
     swaps = np.stack([a[keep], db[keep], b[keep], da[keep]])
     return np.concatenate([moves, swaps], axis=1).T
 
 
-def _score(state: _State, model: DeviceModel, rows: np.ndarray, d: int) -> np.ndarray:
-    """Overall costs of the neighbours `rows`: two changed devices each."""
-    a, to_a, b, to_b = rows.T
+def _max_without(values: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """[N] the max of `values` [D] over the devices other than i[n] and j[n] (-inf if none)."""
+    padded = np.concatenate([values, np.full(3, -np.inf)])
+    top = np.argsort(-padded, kind="stable")[:3]
+    first, second, third = (np.full(len(i), k) for k in top)
+    pick = np.where(
+        (first != i) & (first != j), first, np.where((second != i) & (second != j), second, third)
+    )
+    return padded[pick]
+
+
+def _score(state: _State, model: DeviceModel, rows: np.ndarray) -> np.ndarray:
+    """Overall costs of the neighbours `rows`: two changed devices each, the rest unchanged."""
+    a, to_a, b, _ = rows.T
     swap = b >= 0
+    b = np.maximum(b, 0)
     from_a = state.devices[a]
-    vec = model.vectors
-    delta = vec[a] - np.where(swap[:, None], vec[np.maximum(b, 0)], 0.0)
-    width = model.dims[a] - np.where(swap, model.dims[np.maximum(b, 0)], 0.0)
-    count = 1 - swap.astype(int)
-    # device losing a (gaining b on a swap), device gaining a (losing b)
-    changed_sums = np.concatenate([state.sums[from_a] - delta, state.sums[to_a] + delta])
-    changed_count = np.concatenate([state.count[from_a] - count, state.count[to_a] + count])
-    fwd2, rest2 = model.device_terms(changed_sums, changed_count > 0)
+    delta = model.vectors[a] - np.where(swap[:, None], model.vectors[b], 0)
+    width = model.dims[a] - np.where(swap, model.dims[b], 0.0)
+    count = 1 - swap.astype(np.int64)
+    # the device losing a (gaining b on a swap), then the device gaining a (losing b)
+    sums = np.concatenate([state.sums[from_a] - delta, state.sums[to_a] + delta])
+    busy = np.concatenate([state.count[from_a] - count, state.count[to_a] + count]) > 0
+    widths = np.concatenate([state.widths[from_a] - width, state.widths[to_a] + width])
+    fwd, rest = model.device_terms(sums, busy, widths)
     n = len(rows)
-    index = np.arange(n)
-    fwd = np.repeat(state.fwd[None], n, axis=0)
-    rest = np.repeat(state.rest[None], n, axis=0)
-    widths = np.repeat(state.widths[None], n, axis=0)
-    fwd[index, from_a], fwd[index, to_a] = fwd2[:n], fwd2[n:]
-    rest[index, from_a], rest[index, to_a] = rest2[:n], rest2[n:]
-    widths[index, from_a] -= width
-    widths[index, to_a] += width
-    return model.overall(fwd, rest, widths)
+    forward = np.maximum(_max_without(state.fwd, from_a, to_a), np.maximum(fwd[:n], fwd[n:]))
+    backward = np.maximum(_max_without(state.rest, from_a, to_a), np.maximum(rest[:n], rest[n:]))
+    return forward + backward
 
 
 def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray) -> None:
@@ -189,37 +201,34 @@ def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray
         state.used[source] -= sizes[table]
         state.used[target] += sizes[table]
         state.devices[table] = target
-    fwd, rest = model.device_terms(state.sums[changed], state.count[changed] > 0)
+    fwd, rest = model.device_terms(
+        state.sums[changed], state.count[changed] > 0, state.widths[changed]
+    )
     state.fwd[changed], state.rest[changed] = fwd, rest
 
 
 def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
     """The cost network as a device-additive model (scaled costs; NumPy copies of its heads)."""
     with torch.no_grad():
-        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables))).double()
-    heads = [
-        [(w.astype(np.float64), c.astype(np.float64)) for w, c in linear_weights(h)]
-        for h in costnet.device_heads
-    ]
-
-    def run(head, x):
-        for i, (w, c) in enumerate(head):
-            x = x @ w + c
-            if i < len(head) - 1:
-                x = np.maximum(x, 0)
-        return x[..., 0]
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+    heads = [linear_weights(h) for h in costnet.device_heads]  # 3 x [(w1, b1), (w2, b2)]
+    w1 = np.concatenate([h[0][0] for h in heads], axis=1)  # [embed, 3 x hidden]
+    b1 = np.concatenate([h[0][1] for h in heads])
+    w2 = np.stack([h[1][0][:, 0] for h in heads])  # [3, hidden]
+    b2 = np.array([h[1][1][0] for h in heads])
 
     def terms(sums):
-        fwd, comm, bwd = (run(h, sums) for h in heads)
+        hidden = np.maximum(sums @ w1 + b1, 0).reshape(len(sums), 3, -1)
+        fwd, comm, bwd = (np.einsum("nkh,kh->nk", hidden, w2) + b2).T
         return fwd, bwd, (None if costnet.comm is not None else comm)
 
     dims = np.array([t.dim for t in task.tables], dtype=np.float64)
     transfer = None
     if costnet.comm is not None:
-        scale = float(costnet.scale)
+        scale, total, d = float(costnet.scale), dims.sum(), task.num_devices
         batch = table_batch_size(task.tables, costnet.comm["batch"])
         topology = get_topology(costnet.comm["topology"])
-        transfer = lambda widths: transfer_many(widths, batch, topology) / scale  # noqa: E731
+        transfer = lambda w: device_transfer_ms(w, total, d, batch, topology) / scale  # noqa: E731
     return DeviceModel(encoded.numpy(), terms, transfer, dims)
 
 
@@ -254,4 +263,6 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
 
     topology = get_topology(backend.topology)
     dims = np.array([t.dim for t in task.tables], dtype=np.float64)
-    return DeviceModel(vectors, terms, lambda w: transfer_many(w, batch, topology), dims)
+    total, d = dims.sum(), task.num_devices
+    transfer = lambda w: device_transfer_ms(w, total, d, batch, topology)  # noqa: E731
+    return DeviceModel(vectors, terms, transfer, dims)

@@ -1,9 +1,11 @@
 """The `dreamshard` planner: the trained policy, greedy, plus a cheap best-of-k refinement.
 
 The paper places with the policy's argmax. Here the argmax placement competes with `samples`
-sampled placements and the heuristics' placements, all scored by the cost network; the one
-with the lowest predicted overall cost wins. No hardware is touched, and the answer is always
-legal (the heuristics' placements are legal whenever the task is feasible).
+sampled placements, the cost network's own greedy placement and the heuristics' placements,
+all scored by the cost network; the best of them is then improved by a short local search on
+the cost network (`device_search`), and the one with the lowest predicted overall cost wins.
+No hardware is touched, and the answer is always legal (the heuristics' placements are legal
+whenever the task is feasible, and the search keeps every device within its memory).
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import fast_rollout, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
+from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.traces import table_batch_size
 
 
 @torch.no_grad()
@@ -34,6 +39,14 @@ def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -
     )
     _, overall = model.costnet(batch)
     return (overall * model.costnet.scale).tolist()
+
+
+# The cost-network search the planner runs on its best candidate: at most this many improving
+# steps and this many neighbours scored (a budget of work, not time, so the answer does not
+# depend on the machine): ~650 neighbours a step at 50 tables on 4 devices, ~14,000 at 856
+# tables on 128 devices, where it keeps the planner well under a second.
+PLACE_SEARCH_ROUNDS = 64
+PLACE_SEARCH_SCORED = 150_000
 
 
 @contextmanager
@@ -52,11 +65,13 @@ def dreamshard_place(
     task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
 ) -> Placement:
     """The policy's greedy placement, improved by best-of-`samples`, the cost network's own
-    greedy placement and the heuristics (all only when `samples` > 0).
+    greedy placement, the heuristics and a short search from the best of them (all only when
+    `samples` > 0: with 0 it is the pure greedy policy).
 
     The winner says where it came from in `candidate`: "policy greedy", "policy sample K",
-    "costnet greedy" or "heuristic NAME". A heuristic's placement keeps that heuristic's name
-    as its `method`, so no report credits the policy with it.
+    "costnet greedy", "heuristic NAME", or one of those "+ N search steps". A heuristic's
+    placement keeps that heuristic's name as its `method`, so no report credits the policy
+    with it; once searched it is the planner's own ("dreamshard").
     """
     return ranked_candidates(task, model, samples, seed)[0][0]
 
@@ -94,6 +109,20 @@ def ranked_candidates(
     distinct = {c.devices: c for c in reversed(candidates) if is_legal(task, c)}  # first kept
     candidates = [c for c in candidates if distinct.get(c.devices) is c]
     scores = predicted_overall(model, task, candidates)
+    if samples > 0:  # the best candidate, improved on the cost network while it can be
+        best = candidates[int(np.argmin(scores))]
+        found, _, steps = device_search(
+            task,
+            best,
+            costnet_model(model.costnet, task),
+            max_rounds=PLACE_SEARCH_ROUNDS,
+            max_scored=PLACE_SEARCH_SCORED,
+        )
+        if steps:
+            candidates.append(
+                Placement(found.devices, "dreamshard", f"{best.candidate} + {steps} search steps")
+            )
+            scores += predicted_overall(model, task, candidates[-1:])
     order = sorted(range(len(candidates)), key=scores.__getitem__)  # stable: ties keep order
     return [(candidates[i], scores[i]) for i in order]
 
@@ -109,9 +138,9 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     lowest overall cost of the placement so far (among devices the completion guard allows).
 
     The learned cost in a plain greedy rule: per table one batch of the device heads, and the
-    overall of each choice from a [choice, device] matrix of the two composed terms (with
-    modeled communication every device's all-to-all changes with the chosen one's width).
-    None if it gets stuck.
+    overall with one device changed from the two largest terms. With modeled communication a
+    device's all-to-all depends on its own width and the total, which is the same whichever
+    device takes the table. None if it gets stuck.
     """
     _, encoded, order, guard = table_order(task, costnet)
     d, sizes = task.num_devices, task.table_bytes()
@@ -123,20 +152,29 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     head_comm = encoded.new_full((d,), float("-inf"))  # 2 x bwd_comm head (learned comm only)
     used = np.zeros((1, d), dtype=np.int64)
     devices = np.full(len(order), -1, dtype=np.int64)
-    eye = torch.eye(d, dtype=torch.bool)
+    comm = costnet.comm
+    if comm is not None:
+        batch, topology = (
+            table_batch_size(task.tables, comm["batch"]),
+            get_topology(comm["topology"]),
+        )
     for step, table in enumerate(order):
         allowed = torch.from_numpy(guard.mask(step, used)[0])
         if not allowed.any():
             return None
         costs = costnet.device_costs(sums + encoded[table])  # [D, 3]: the table on each device
-        forward = torch.where(eye, costs[:, 0][:, None], fwd[None]).max(dim=1).values
-        new_comp = torch.where(eye, costs[:, 2][:, None], comp[None])  # [choice, device]
-        comm = costnet.transfer_ms(task, widths + dims[table] * np.eye(d))  # [choice, device]
         if comm is None:
-            rest = torch.where(eye, (2 * costs[:, 1] + costs[:, 2])[:, None], head_comm + comp)
-        else:
-            rest = torch.from_numpy(2 * comm).float() / costnet.scale + new_comp
-        overall = forward + rest.max(dim=1).values
+            rest, new_rest = head_comm + comp, 2 * costs[:, 1] + costs[:, 2]
+        else:  # every device's exchange with the total after this table; the chosen one wider
+            total = widths.sum() + dims[table]
+            now = device_transfer_ms(widths, total, d, batch, topology)
+            wider = device_transfer_ms(widths + dims[table], total, d, batch, topology)
+            scale = float(costnet.scale)
+            rest = torch.from_numpy(2 * now / scale).float() + comp
+            new_rest = torch.from_numpy(2 * wider / scale).float() + costs[:, 2]
+        terms = torch.stack([fwd, rest])
+        new = torch.stack([costs[:, 0], new_rest])
+        overall = torch.maximum(new, others_max(terms)).sum(0)
         device = int(torch.where(allowed, overall, float("inf")).argmin())
         sums[device] += encoded[table]
         fwd[device], comp[device] = costs[device, 0], costs[device, 2]
@@ -145,3 +183,13 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
         widths[device] += dims[table]
         devices[table] = device
     return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
+
+
+def others_max(values: torch.Tensor) -> torch.Tensor:
+    """[k, D]: for each device, the max over the other devices (-inf for a single device)."""
+    if values.shape[1] == 1:
+        return torch.full_like(values, float("-inf"))
+    top = values.topk(2, dim=1)
+    first, second = top.values[:, :1], top.values[:, 1:]
+    is_top = torch.arange(values.shape[1]) == top.indices[:, :1]
+    return torch.where(is_top, second, first)
