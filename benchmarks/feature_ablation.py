@@ -20,8 +20,8 @@ fbgemm measurements), its costs: the backend settings with the most measurements
 its test tasks when it has any (an evaluation stored them), else every fifth task by name.
 
 Writes benchmarks/results/feature_ablation.md and .json (the dashboard's Cost model page shows
-the JSON). The default run takes about 5 minutes of CPU (69 fits of 1000 steps): 12 minutes
-of wall time on 2 cores shared with five other jobs.
+the JSON). The default run takes about 5 minutes of CPU (69 fits of 1000 steps): 5 to 12
+minutes of wall time on 2 cores, as busy as other jobs make them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.costnet_data import Example, load_examples, mask_features
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
 from dreamshard.learn.train import fresh_state
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
@@ -151,26 +151,30 @@ def removals() -> list[tuple[str, str, tuple[str, ...]]]:
     return rows
 
 
-def train_config(data: StudyData, seed: int, steps: int) -> TrainConfig:
+def train_config(data: StudyData, seed: int, steps: int, loss: str) -> TrainConfig:
     """The fit's settings: the project's defaults, one iteration, the data's backend (which
     says whether the network learns communication or takes it from the topology model)."""
     backend = data.config.get("backend", "simulated")
-    return TrainConfig(backend=backend, seed=seed, costnet_steps=steps, iterations=1)
+    return TrainConfig(
+        backend=backend, seed=seed, costnet_steps=steps, iterations=1, costnet_loss=loss
+    )
 
 
 def modeled_comm(data: StudyData) -> dict | None:
     """The topology model a network fitted on this data takes the all-to-all from (its
     bwd_comm is then exact by construction, not learned), or None when it learns it."""
-    return getattr(fresh_state(train_config(data, 0, 1)).costnet, "comm", None)
+    return getattr(fresh_state(train_config(data, 0, 1, "mse")).costnet, "comm", None)
 
 
 def learned_heads(data: StudyData) -> tuple[str, ...]:
     return tuple(h for h in HEADS if not (h == "bwd_comm" and modeled_comm(data)))
 
 
-def fit_and_score(data: StudyData, removed: tuple[str, ...], seed: int, steps: int) -> dict:
+def fit_and_score(
+    data: StudyData, removed: tuple[str, ...], seed: int, steps: int, loss: str
+) -> dict:
     """A fresh cost network fitted without `removed`; its held-out errors."""
-    config = train_config(data, seed, steps)
+    config = train_config(data, seed, steps, loss)
     state = fresh_state(config)
     fit_costnet(state, config, mask_features(data.train, removed))
     held_out = mask_features(data.held_out, removed)
@@ -200,7 +204,9 @@ def zero_features(data: StudyData) -> set[str]:
     return {name for j, name in enumerate(FEATURE_NAMES) if not features[:, j].any()}
 
 
-def study(data: StudyData, seeds: list[int], steps: int, heads: tuple[str, ...]) -> list[dict]:
+def study(
+    data: StudyData, seeds: list[int], steps: int, loss: str, heads: tuple[str, ...]
+) -> list[dict]:
     """Every removal, every seed. A removal that masks the same columns as another (a group of
     one feature; features zero in every table) reuses that one's fits: they are identical."""
     plan = removals()
@@ -213,7 +219,7 @@ def study(data: StudyData, seeds: list[int], steps: int, heads: tuple[str, ...])
             continue
         runs = fitted[masked[features]] = []
         for seed in seeds:
-            runs.append(fit_and_score(data, masked[features], seed, steps))
+            runs.append(fit_and_score(data, masked[features], seed, steps, loss))
             progress.step(f"{label}, seed {seed}: overall MAPE {runs[-1]['overall_mape']:.1%}")
     progress.close()
     full = fitted[()]
@@ -295,7 +301,7 @@ def findings(rows: list[dict]) -> str:
 
 
 def header(
-    data: StudyData, seeds: list[int], steps: int, runtime_s: float, cpu_s: float, argv
+    data: StudyData, seeds: list[int], steps: int, loss: str, runtime_s: float, cpu_s: float, argv
 ) -> str:
     spread = (
         f"Seeds {', '.join(map(str, seeds))}: every row is fitted once per seed from the same "
@@ -306,11 +312,11 @@ def header(
     )
     return (
         f"Costs: {describe_costs(data.config)}. Hardware of the costs: {data.hardware}. "
-        f"Data: {data.source}. Fit: `fit_costnet`, {steps} steps of batch "
+        f"Data: {data.source}. Fit: `fit_costnet`, loss {loss}, {steps} steps of batch "
         f"{TrainConfig.costnet_batch}, Adam lr {TrainConfig.learning_rate:g} decaying linearly; "
         f"removed features zeroed in training and evaluation{zero_note(data)}. {spread} "
         "MAPE over held-out "
-        "placements (per device for fwd_comp, bwd_comm, bwd_comp, empty devices left out; "
+        "placements (per device for each learned device head, empty devices left out; "
         "overall: the cost composed from the device heads); Spearman: the overall cost's rank "
         f"correlation across the held-out placements of one task, mean over "
         f"{data_tasks(data)} tasks. Host {hardware()}; {versions()}. Wall time "
@@ -390,6 +396,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="retrains per row (seeds 0..N-1)")
     parser.add_argument("--steps", type=int, default=1000, help="cost-net steps per fit")
     parser.add_argument(
+        "--costnet-loss",
+        default=TrainConfig.costnet_loss,
+        choices=COSTNET_LOSSES,
+        help="the cost network's loss, as in training",
+    )
+    parser.add_argument(
         "--out", default=str(RESULTS), help="markdown report; the .json goes beside it"
     )
     args = parser.parse_args(argv)
@@ -419,7 +431,7 @@ def main(argv: list[str] | None = None) -> dict:
     seeds = list(range(args.seeds))
     log(f"{data.source}; {len(seeds)} seeds")
     comm, heads = modeled_comm(data), learned_heads(data)
-    rows = study(data, seeds, args.steps, heads)
+    rows = study(data, seeds, args.steps, args.costnet_loss, heads)
     runtime_s, cpu_s = time.monotonic() - began, time.process_time() - began_cpu
     results = {
         "format": FORMAT,
@@ -442,6 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
         "training": {
             "seeds": seeds,
             "steps": args.steps,
+            "loss": args.costnet_loss,
             "batch": TrainConfig.costnet_batch,
             "learning_rate": TrainConfig.learning_rate,
         },
@@ -449,7 +462,8 @@ def main(argv: list[str] | None = None) -> dict:
         "modeled_comm": comm,
         "rows": rows,
         "headline": findings(rows),
-        "note": header(data, seeds, args.steps, runtime_s, cpu_s, argv) + comm_note(comm),
+        "note": header(data, seeds, args.steps, args.costnet_loss, runtime_s, cpu_s, argv)
+        + comm_note(comm),
     }
     print(results["note"] + "\n\n" + results["headline"] + "\n\n" + table(rows, list(heads)))
     for path in write_results(results, Path(args.out)):
