@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet
 from dreamshard.learn.costnet_data import load_examples
@@ -231,3 +232,18 @@ def test_a_task_outside_the_training_ranges_is_placed_and_said_so(trained, tmp_p
     assert "tables per task 3-3 (trained on 16-16)" in notes[0]
     suite = make_suite(parse_suite_name(config.suite, config.train_tasks, 1))
     assert all(outside_training(task, ranges) is None for task in suite.train_tasks)
+
+
+def test_train_measures_and_predicts_on_the_topology_it_is_given(tmp_path, cli):
+    out = tmp_path / "nvlink"
+    args = ["train", "--suite", "cpu-16x3", "--backend", "simulated", "--topology", "nvlink"]
+    args += ["--out", str(out), "--iterations", "1", "--warm-start", "4", "--train-tasks", "2"]
+    args += ["--costnet-steps", "5", "--policy-updates", "1", "--episodes", "2"]
+    done = cli(*args, "--placements-per-iteration", "2")
+    assert done.returncode == 0, done.stderr
+    model = load_model(out / "model.pt")
+    assert model.metadata["backend"]["topology"] == "nvlink"
+    assert model.costnet.comm["topology"] == "nvlink"
+    dataset = CostDataset(out / "costs.sqlite")
+    assert load_examples(dataset, SimulatedBackend(topology="nvlink").config())
+    assert not load_examples(dataset, SimulatedBackend().config())  # none on cpu-gloo

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import fields
 
 from dreamshard.cli.args import positive
+from dreamshard.costs.comm import TOPOLOGIES
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
 
@@ -84,6 +85,13 @@ def add_train_command(sub) -> None:
         dest="table_aware",
         action="store_true",
         help="also give the policy the features of the table being placed",
+    )
+    tr.add_argument(
+        "--topology",
+        choices=["auto", *TOPOLOGIES],
+        default=defaults.topology,
+        help="all-to-all model where it is not measured (default auto: cpu-gloo on the "
+        "simulated backend, the device's own on fbgemm)",
     )
     tr.add_argument(
         "--measure-iterations",

@@ -65,8 +65,11 @@ def modeled_comm(backend) -> dict | None:
 
 def fresh_state(config: TrainConfig) -> TrainState:
     torch.manual_seed(config.seed)
-    comm = modeled_comm(make_backend(config.backend, config.measure_iterations))
-    costnet, policy = CostNet(comm=comm), PlacementPolicy(table_aware=config.table_aware)
+    comm = modeled_comm(
+        make_backend(config.backend, config.measure_iterations, topology=config.topology)
+    )
+    costnet = CostNet(comm=comm)
+    policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
         start = load_model(config.init_model)
         costnet.load_state_dict(start.costnet.state_dict())
@@ -181,7 +184,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     The last `holdout` share of the measurements (by time) is kept out of the fit and scored.
     Returns (model with an untrained policy, per-step losses, held-out errors).
     """
-    backend = make_backend(config.backend, config.measure_iterations)
+    backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     examples = load_examples(CostDataset(dataset_path(config)), backend.config())
     if len(examples) < 5:
         raise DreamshardError(
@@ -214,7 +217,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
     suite = make_suite(spec)
     tasks = suite.train_tasks
-    backend = make_backend(config.backend, config.measure_iterations)
+    backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     dataset = CostDataset(dataset_path(config))
     checkpoint = out / "checkpoint.pt"
     state = load_checkpoint(checkpoint, config) if checkpoint.exists() else fresh_state(config)

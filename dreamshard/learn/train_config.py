@@ -25,8 +25,12 @@ class TrainConfig:
     entropy_weight: float = 1e-3
     warm_start: int = 20  # heuristic and random placements measured first (0: none)
     table_aware: bool = False
+    lookahead: bool = False  # the policy also weighs the cost network's one-step lookahead
     train_tasks: int = 50
     measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
+    # the all-to-all model where it is modeled (costs/comm.py TOPOLOGIES); "auto": cpu-gloo on
+    # the simulated backend, the device's own on fbgemm
+    topology: str = "auto"
     seed: int = 0
     dataset: str = ""  # cost dataset (default OUT/costs.sqlite)
     init_model: str = ""  # start from this model file's cost network and policy
