@@ -40,7 +40,7 @@ from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
 from dreamshard.methods import named_planner, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -69,13 +69,17 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         seed=args.seed,
         warm_start=args.warm_start,
         costnet_steps=args.costnet_steps,
+        costnet_loss=args.costnet_loss,
+        lookahead=args.lookahead,
     )
     model = train(config, log=log)
     return model, (
         f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations "
         f"of {config.placements_per_iteration} placements, warm start {config.warm_start} "
         f"heuristic and random placements, {config.costnet_steps} cost-net steps per "
-        f"iteration, seed {config.seed}; {time.monotonic() - start:.0f} s)"
+        f"iteration, {config.costnet_loss} loss, "
+        f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, seed {config.seed}; "
+        f"{time.monotonic() - start:.0f} s)"
     )
 
 
@@ -152,6 +156,17 @@ def main(argv: list[str] | None = None) -> str:
         help="placements measured before training when no --model (simulated data is free)",
     )
     parser.add_argument("--costnet-steps", type=int, default=TrainConfig.costnet_steps)
+    parser.add_argument(
+        "--costnet-loss",
+        choices=COSTNET_LOSSES,
+        default=TrainConfig.costnet_loss,
+        help=f"the cost network's loss when no --model (default {TrainConfig.costnet_loss})",
+    )
+    parser.add_argument(
+        "--lookahead",
+        action="store_true",
+        help="train the policy with the cost network's one-step lookahead (when no --model)",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here

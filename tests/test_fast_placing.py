@@ -40,9 +40,15 @@ def random_task(seed: int, num_tables: int, num_devices: int, slack: float) -> P
     return PlacementTask(tuple(tables), num_devices, cap, "fp32")
 
 
-def networks(seed: int, table_aware: bool) -> tuple[PlacementPolicy, CostNet]:
+MODELED = {"topology": "cpu-gloo", "batch": 2048}
+
+
+def networks(
+    seed: int, table_aware: bool, lookahead: bool = False, comm: dict | None = None
+) -> tuple[PlacementPolicy, CostNet]:
     torch.manual_seed(seed)
-    policy, costnet = PlacementPolicy(table_aware=table_aware), CostNet()
+    policy = PlacementPolicy(table_aware=table_aware, lookahead=lookahead)
+    costnet = CostNet(comm=comm)
     with torch.no_grad():  # larger weights than the initialisation: scores far from flat
         for net in (policy, costnet):
             for parameter in net.parameters():
@@ -60,15 +66,17 @@ cases = st.tuples(
     st.sampled_from([4, 8, 12, 16, 32]),  # devices
     st.sampled_from([1.0, 1.02, 1.1, 1.3, 2.0]),  # slack: 1.0 is as tight as it gets
     st.booleans(),  # table-aware
+    st.booleans(),  # one-step lookahead
+    st.sampled_from([None, MODELED]),  # communication learned or modeled
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_greedy_places_as_the_reference(case):
-    seed, num_tables, num_devices, slack, table_aware = case
+    seed, num_tables, num_devices, slack, table_aware, lookahead, comm = case
     task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware)
+    policy, costnet = networks(seed, table_aware, lookahead, comm)
     reference = policy.rollout(task, costnet, 1, greedy=True)  # autograd on: the reference
     fast = fast_rollout(policy, task, costnet, 1, 0)
     assert fast.devices.tolist() == reference.devices.tolist()
@@ -81,9 +89,9 @@ def test_fast_greedy_places_as_the_reference(case):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_samples_match_the_reference_for_a_seed(case):
-    seed, num_tables, num_devices, slack, table_aware = case
+    seed, num_tables, num_devices, slack, table_aware, lookahead, comm = case
     task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware)
+    policy, costnet = networks(seed, table_aware, lookahead, comm)
     reference_generator = torch.Generator().manual_seed(seed)
     reference = policy.rollout(task, costnet, 4, generator=reference_generator)
     fast_generator = torch.Generator().manual_seed(seed)
@@ -151,3 +159,21 @@ def test_the_greedy_dive_is_the_searchs_first_path(case):
     )
     # with one node per table the search gets no further than its first path
     assert dive == searched
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases)
+def test_the_lookahead_alone_is_the_cost_networks_greedy_placement(case):
+    """A lookahead policy whose own scorer says nothing places every table where the cost
+    network predicts the lowest overall cost so far: `costnet_greedy`, on both paths."""
+    seed, num_tables, num_devices, slack, table_aware, _, comm = case
+    task = random_task(seed, num_tables, num_devices, slack)
+    policy, costnet = networks(seed, table_aware, lookahead=True, comm=comm)
+    with torch.no_grad():
+        policy.scorer[-1].weight.zero_()
+    own = costnet_greedy(task, costnet)
+    reference = policy.rollout(task, costnet, 1, greedy=True)
+    fast = fast_rollout(policy, task, costnet, 1, 0)
+    assert fast.devices.tolist() == reference.devices.tolist()
+    if own is not None and reference.legal[0]:
+        assert reference.devices[0].tolist() == list(own.devices)

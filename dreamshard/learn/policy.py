@@ -20,10 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, compose_overall, mlp, occupied
 from dreamshard.placement.packing import CompletionGuard
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
+from dreamshard.tables.traces import table_batch_size
 
 
 @dataclass
@@ -96,14 +98,86 @@ def table_order(task: PlacementTask, costnet: CostNet):
     return features, cost_encoded, order, CompletionGuard(task, order)
 
 
+class Lookahead:
+    """The cost network's one-step lookahead for episodes [E] of one task.
+
+    For the table being placed, `regret` says per device how much higher the composed overall
+    cost of the tables placed so far (scaled) would be with the table there than on the best
+    device: what `costnet_greedy` minimises, as an input the policy weighs. `place` records the
+    devices the episodes chose, with the costs `regret` was given (so nothing is recomputed).
+    """
+
+    def __init__(self, task: PlacementTask, costnet: CostNet, episodes: int):
+        d = task.num_devices
+        self.costs = np.zeros((episodes, d, len(DEVICE_TERMS)), dtype=np.float32)
+        self.busy = np.zeros((episodes, d), dtype=bool)
+        self.widths = np.zeros((episodes, d))
+        self.dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+        self.comm, self.d = costnet.comm, d
+        if costnet.comm is not None:
+            self.batch = table_batch_size(task.tables, costnet.comm["batch"])
+            self.topology = get_topology(costnet.comm["topology"])
+            self.scale = float(costnet.scale)
+
+    def regret(self, table: int, placed: np.ndarray) -> np.ndarray:
+        """[E, D] from the devices' scaled costs [E, D, 3] with the table added to each."""
+        fwd = np.where(self.busy, self.costs[..., 0], -np.inf)
+        if self.comm is None:
+            rest = np.where(self.busy, 2 * self.costs[..., 1] + self.costs[..., 2], -np.inf)
+            new_rest = 2 * placed[..., 1] + placed[..., 2]
+        else:  # a device's exchange: its own width and the total, the same for every choice
+            total = self.widths.sum(axis=1, keepdims=True) + self.dims[table]
+            args = (total, self.d, self.batch, self.topology)
+            now = device_transfer_ms(self.widths, *args) / self.scale
+            wider = device_transfer_ms(self.widths + self.dims[table], *args) / self.scale
+            rest = 2 * now + np.where(self.busy, self.costs[..., 2], 0.0)
+            new_rest = 2 * wider + placed[..., 2]
+        overall = np.maximum(others_max(fwd), placed[..., 0])
+        overall += np.maximum(others_max(rest), new_rest)
+        return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
+
+    def place(self, table: int, devices: np.ndarray, placed: np.ndarray) -> None:
+        rows = np.arange(len(devices))
+        self.costs[rows, devices] = placed[rows, devices]
+        self.busy[rows, devices] = True
+        self.widths[rows, devices] += self.dims[table]
+
+
+def others_max(values: np.ndarray) -> np.ndarray:
+    """[E, D]: for each device, the max of `values` [E, D] over the other devices."""
+    if values.shape[1] == 1:
+        return np.full_like(values, -np.inf)
+    top = np.argsort(-values, axis=1, kind="stable")[:, :2]
+    first = np.take_along_axis(values, top[:, :1], axis=1)
+    second = np.take_along_axis(values, top[:, 1:], axis=1)
+    return np.where(np.arange(values.shape[1]) == top[:, :1], second, first)
+
+
+LOOKAHEAD_INIT = 10.0  # the lookahead's starting weight: logits apart by 1 per 0.1 x scale
+
+
 class PlacementPolicy(nn.Module):
-    def __init__(self, table_aware: bool = False, hidden: int = 128, embed: int = 32):
+    def __init__(
+        self,
+        table_aware: bool = False,
+        hidden: int = 128,
+        embed: int = 32,
+        lookahead: bool = False,
+    ):
         super().__init__()
-        self.config = {"table_aware": table_aware, "hidden": hidden, "embed": embed}
+        self.config = {
+            "table_aware": table_aware,
+            "hidden": hidden,
+            "embed": embed,
+            "lookahead": lookahead,
+        }
         self.table_aware = table_aware
         self.table_encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.cost_encoder = mlp(len(DEVICE_TERMS), embed, last_relu=True)
         self.scorer = mlp(embed * (3 if table_aware else 2), 64, 1)
+        # one-step lookahead: minus this weight times how much more the predicted overall
+        # cost would be with the table on a device than on the best device (`Lookahead`)
+        self.lookahead = nn.Parameter(torch.tensor(LOOKAHEAD_INIT)) if lookahead else None
 
     def rollout(
         self,
@@ -131,6 +205,7 @@ class PlacementPolicy(nn.Module):
         devices = np.full((e, len(order)), -1, dtype=np.int64)
         legal = np.ones(e, dtype=bool)
         log_probs, entropies = [], []
+        ahead = Lookahead(task, costnet, e) if self.lookahead is not None else None
         for step, table in enumerate(order):
             with torch.no_grad():
                 predicted_costs = costnet.device_costs(cost_sum)
@@ -138,6 +213,10 @@ class PlacementPolicy(nn.Module):
             if self.table_aware:
                 parts.append(policy_encoded[table].expand(e, d, -1))
             logits = self.scorer(torch.cat(parts, dim=-1)).squeeze(-1)
+            if ahead is not None:
+                with torch.no_grad():
+                    placed = costnet.device_costs(cost_sum + cost_encoded[table]).numpy()
+                logits = logits - self.lookahead * torch.from_numpy(ahead.regret(table, placed))
             action, log_p, entropy, stuck = masked_choice(
                 logits, guard.mask(step, used), greedy, generator
             )
@@ -150,6 +229,8 @@ class PlacementPolicy(nn.Module):
             picked = action.numpy()
             used[np.arange(e), picked] += sizes[table]
             devices[:, table] = picked
+            if ahead is not None:
+                ahead.place(table, picked, placed)
         with torch.no_grad():
             predicted = episodes_overall(costnet, task, devices, cost_sum)
         return Rollout(
@@ -283,11 +364,18 @@ def fast_rollout(
     allowed = np.empty((t, e, d), dtype=bool)
     actions = np.empty((t, e), dtype=np.int64)
     legal, rows = np.ones(e, dtype=bool), np.arange(e)
+    ahead = Lookahead(task, costnet, e) if policy.lookahead is not None else None
+    embed = policy_encoded.shape[1]
     for step, table in enumerate(order):
         if policy.table_aware:
             logits[step] = scorer.logits(cached, policy_encoded[table])
         else:
             logits[step] = cached
+        if ahead is not None:
+            placed_sums = torch.from_numpy(state[:, :, embed:] + encoded[table, embed:])
+            placed = costnet.device_costs(placed_sums).numpy()
+            weight = np.float32(policy.lookahead.item())  # float32 as in the reference
+            logits[step] = logits[step] - weight * ahead.regret(table, placed)
         allowed[step] = guard.mask(step, used)
         stuck = ~allowed[step].any(axis=1)
         if stuck.any():  # picks among all devices, to finish and be marked illegal
@@ -299,6 +387,8 @@ def fast_rollout(
         part = scorer.device_part(changed)
         cached[rows, action] = part if policy.table_aware else scorer.logits(part, None)
         used[rows, action] += sizes[table]
+        if ahead is not None:
+            ahead.place(table, action, placed)
     devices = np.empty((e, t), dtype=np.int64)
     devices[:, order] = actions.T
     log_prob, entropy = episode_statistics(logits, allowed, actions)

@@ -68,7 +68,8 @@ def fresh_state(config: TrainConfig) -> TrainState:
     comm = modeled_comm(
         make_backend(config.backend, config.measure_iterations, topology=config.topology)
     )
-    costnet, policy = CostNet(comm=comm), PlacementPolicy(table_aware=config.table_aware)
+    costnet = CostNet(comm=comm)
+    policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
         start = load_model(config.init_model)
         costnet.load_state_dict(start.costnet.state_dict())

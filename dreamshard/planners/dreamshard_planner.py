@@ -17,16 +17,14 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.learn.policy import fast_rollout, table_order
+from dreamshard.learn.policy import Lookahead, fast_rollout, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.tables.features import feature_matrix
-from dreamshard.tables.traces import table_batch_size
 
 
 @torch.no_grad()
@@ -135,61 +133,23 @@ def episode_name(episode: int) -> str:
 @torch.no_grad()
 def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     """Each table, in the policy's order, on the device where the cost network predicts the
-    lowest overall cost of the placement so far (among devices the completion guard allows).
-
-    The learned cost in a plain greedy rule: per table one batch of the device heads, and the
-    overall with one device changed from the two largest terms. With modeled communication a
-    device's all-to-all depends on its own width and the total, which is the same whichever
-    device takes the table. None if it gets stuck.
-    """
+    lowest overall cost of the placement so far (among devices the completion guard allows):
+    the policy's one-step lookahead (`Lookahead`) alone. None if it gets stuck."""
     _, encoded, order, guard = table_order(task, costnet)
     d, sizes = task.num_devices, task.table_bytes()
-    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
-    widths = np.zeros(d)
-    sums = encoded.new_zeros(d, encoded.shape[1])
-    fwd = encoded.new_full((d,), float("-inf"))  # per device, -inf while empty
-    comp = encoded.new_zeros(d)  # bwd_comp (0 while empty)
-    head_comm = encoded.new_full((d,), float("-inf"))  # 2 x bwd_comm head (learned comm only)
+    sums = encoded.new_zeros(1, d, encoded.shape[1])
+    ahead = Lookahead(task, costnet, 1)
     used = np.zeros((1, d), dtype=np.int64)
     devices = np.full(len(order), -1, dtype=np.int64)
-    comm = costnet.comm
-    if comm is not None:
-        batch, topology = (
-            table_batch_size(task.tables, comm["batch"]),
-            get_topology(comm["topology"]),
-        )
     for step, table in enumerate(order):
-        allowed = torch.from_numpy(guard.mask(step, used)[0])
+        allowed = guard.mask(step, used)[0]
         if not allowed.any():
             return None
-        costs = costnet.device_costs(sums + encoded[table])  # [D, 3]: the table on each device
-        if comm is None:
-            rest, new_rest = head_comm + comp, 2 * costs[:, 1] + costs[:, 2]
-        else:  # every device's exchange with the total after this table; the chosen one wider
-            total = widths.sum() + dims[table]
-            now = device_transfer_ms(widths, total, d, batch, topology)
-            wider = device_transfer_ms(widths + dims[table], total, d, batch, topology)
-            scale = float(costnet.scale)
-            rest = torch.from_numpy(2 * now / scale).float() + comp
-            new_rest = torch.from_numpy(2 * wider / scale).float() + costs[:, 2]
-        terms = torch.stack([fwd, rest])
-        new = torch.stack([costs[:, 0], new_rest])
-        overall = torch.maximum(new, others_max(terms)).sum(0)
-        device = int(torch.where(allowed, overall, float("inf")).argmin())
-        sums[device] += encoded[table]
-        fwd[device], comp[device] = costs[device, 0], costs[device, 2]
-        head_comm[device] = 2 * costs[device, 1]
+        placed = costnet.device_costs(sums + encoded[table]).numpy()  # the table on each device
+        regret = ahead.regret(table, placed)[0]
+        device = int(np.argmin(np.where(allowed, regret, np.inf)))
+        ahead.place(table, np.array([device]), placed)
+        sums[0, device] += encoded[table]
         used[0, device] += sizes[table]
-        widths[device] += dims[table]
         devices[table] = device
     return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
-
-
-def others_max(values: torch.Tensor) -> torch.Tensor:
-    """[k, D]: for each device, the max over the other devices (-inf for a single device)."""
-    if values.shape[1] == 1:
-        return torch.full_like(values, float("-inf"))
-    top = values.topk(2, dim=1)
-    first, second = top.values[:, :1], top.values[:, 1:]
-    is_top = torch.arange(values.shape[1]) == top.indices[:, :1]
-    return torch.where(is_top, second, first)
