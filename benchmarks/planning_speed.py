@@ -28,18 +28,24 @@ from dreamshard.methods import place
 from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
+from dreamshard.tables.table import Table
 
 RESULTS = Path(__file__).parent / "results" / "planning_speed.md"
 NUM_TABLES, NUM_DEVICES, SLACK = 856, 128, 1.3
 TARGET_RATIO, TARGET_SECONDS = 5.0, 2.0
 
 
-def scale_task(seed: int) -> PlacementTask:
-    tables = generate_tables("dlrm", NUM_TABLES, seed)
+def capped_task(tables: list[Table], num_devices: int, name: str) -> PlacementTask:
+    """fp16, each device capped at SLACK x the even share or 1.02x the largest table."""
     sizes = [t.bytes() for t in tables]
     # 2% over the largest table: TorchRec counts its inputs and outputs too, and must fit it
-    cap = int(max(1.02 * max(sizes), SLACK * sum(sizes) / NUM_DEVICES))
-    return PlacementTask(tuple(tables), NUM_DEVICES, cap, name=f"dlrm-{NUM_TABLES}x{NUM_DEVICES}")
+    cap = int(max(1.02 * max(sizes), SLACK * sum(sizes) / num_devices))
+    return PlacementTask(tuple(tables), num_devices, cap, name=name)
+
+
+def scale_task(seed: int) -> PlacementTask:
+    tables = generate_tables("dlrm", NUM_TABLES, seed)
+    return capped_task(tables, NUM_DEVICES, f"dlrm-{NUM_TABLES}x{NUM_DEVICES}")
 
 
 def small_model(out: str):
