@@ -163,9 +163,10 @@ def main(argv: list[str] | None = None) -> str:
         help=f"the cost network's loss when no --model (default {TrainConfig.costnet_loss})",
     )
     parser.add_argument(
-        "--lookahead",
-        action="store_true",
-        help="train the policy with the cost network's one-step lookahead (when no --model)",
+        "--no-lookahead",
+        dest="lookahead",
+        action="store_false",
+        help="train the paper's policy, without the one-step lookahead (when no --model)",
     )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)

@@ -87,6 +87,15 @@ def add_train_command(sub) -> None:
         help="also give the policy the features of the table being placed",
     )
     tr.add_argument(
+        "--no-lookahead",
+        dest="lookahead",
+        action="store_false",
+        default=defaults.lookahead,
+        help="train the paper's policy, without the cost network's one-step lookahead among "
+        "its inputs (how much higher the predicted overall would be with the table on each "
+        "device than on the best one)",
+    )
+    tr.add_argument(
         "--topology",
         choices=["auto", *TOPOLOGIES],
         default=defaults.topology,

@@ -114,10 +114,16 @@ class Lookahead:
         self.widths = np.zeros((episodes, d))
         self.dims = np.array([t.dim for t in task.tables], dtype=np.float64)
         self.comm, self.d = costnet.comm, d
+        self.heads = costnet.numpy_heads()
         if costnet.comm is not None:
             self.batch = table_batch_size(task.tables, costnet.comm["batch"])
             self.topology = get_topology(costnet.comm["topology"])
             self.scale = float(costnet.scale)
+
+    def with_table(self, sums: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """[E, D, 3] scaled costs of every device with the table's cost encoding `vector`
+        added to its sum (device vectors `sums` [E, D, embed])."""
+        return self.heads(sums + vector)
 
     def regret(self, table: int, placed: np.ndarray) -> np.ndarray:
         """[E, D] from the devices' scaled costs [E, D, 3] with the table added to each."""
@@ -214,8 +220,7 @@ class PlacementPolicy(nn.Module):
                 parts.append(policy_encoded[table].expand(e, d, -1))
             logits = self.scorer(torch.cat(parts, dim=-1)).squeeze(-1)
             if ahead is not None:
-                with torch.no_grad():
-                    placed = costnet.device_costs(cost_sum + cost_encoded[table]).numpy()
+                placed = ahead.with_table(cost_sum.numpy(), cost_encoded[table].numpy())
                 logits = logits - self.lookahead * torch.from_numpy(ahead.regret(table, placed))
             action, log_p, entropy, stuck = masked_choice(
                 logits, guard.mask(step, used), greedy, generator
@@ -372,8 +377,7 @@ def fast_rollout(
         else:
             logits[step] = cached
         if ahead is not None:
-            placed_sums = torch.from_numpy(state[:, :, embed:] + encoded[table, embed:])
-            placed = costnet.device_costs(placed_sums).numpy()
+            placed = ahead.with_table(state[:, :, embed:], encoded[table, embed:])
             weight = np.float32(policy.lookahead.item())  # float32 as in the reference
             logits[step] = logits[step] - weight * ahead.regret(table, placed)
         allowed[step] = guard.mask(step, used)

@@ -25,7 +25,7 @@ class TrainConfig:
     entropy_weight: float = 1e-3
     warm_start: int = 20  # heuristic and random placements measured first (0: none)
     table_aware: bool = False
-    lookahead: bool = False  # the policy also weighs the cost network's one-step lookahead
+    lookahead: bool = True  # the policy also weighs the cost network's one-step lookahead
     train_tasks: int = 50
     measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
     # the all-to-all model where it is modeled (costs/comm.py TOPOLOGIES); "auto": cpu-gloo on

@@ -30,7 +30,6 @@ import torch
 from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.costs.simulated import CACHE_BYTES, SimulatedBackend
 from dreamshard.learn.costnet import CostNet
-from dreamshard.learn.policy import linear_weights
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.traces import expected_unique_rows, table_batch_size
@@ -211,15 +210,10 @@ def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
     """The cost network as a device-additive model (scaled costs; NumPy copies of its heads)."""
     with torch.no_grad():
         encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
-    heads = [linear_weights(h) for h in costnet.device_heads]  # 3 x [(w1, b1), (w2, b2)]
-    w1 = np.concatenate([h[0][0] for h in heads], axis=1)  # [embed, 3 x hidden]
-    b1 = np.concatenate([h[0][1] for h in heads])
-    w2 = np.stack([h[1][0][:, 0] for h in heads])  # [3, hidden]
-    b2 = np.array([h[1][1][0] for h in heads])
+    heads = costnet.numpy_heads()
 
     def terms(sums):
-        hidden = np.maximum(sums @ w1 + b1, 0).reshape(len(sums), 3, -1)
-        fwd, comm, bwd = (np.einsum("nkh,kh->nk", hidden, w2) + b2).T
+        fwd, comm, bwd = np.moveaxis(heads(sums), -1, 0)
         return fwd, bwd, (None if costnet.comm is not None else comm)
 
     dims = np.array([t.dim for t in task.tables], dtype=np.float64)

@@ -137,7 +137,7 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     the policy's one-step lookahead (`Lookahead`) alone. None if it gets stuck."""
     _, encoded, order, guard = table_order(task, costnet)
     d, sizes = task.num_devices, task.table_bytes()
-    sums = encoded.new_zeros(1, d, encoded.shape[1])
+    sums = np.zeros((1, d, encoded.shape[1]), dtype=np.float32)
     ahead = Lookahead(task, costnet, 1)
     used = np.zeros((1, d), dtype=np.int64)
     devices = np.full(len(order), -1, dtype=np.int64)
@@ -145,11 +145,11 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
         allowed = guard.mask(step, used)[0]
         if not allowed.any():
             return None
-        placed = costnet.device_costs(sums + encoded[table]).numpy()  # the table on each device
+        placed = ahead.with_table(sums, encoded[table].numpy())  # the table on each device
         regret = ahead.regret(table, placed)[0]
         device = int(np.argmin(np.where(allowed, regret, np.inf)))
         ahead.place(table, np.array([device]), placed)
-        sums[0, device] += encoded[table]
+        sums[0, device] += encoded[table].numpy()
         used[0, device] += sizes[table]
         devices[table] = device
     return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
