@@ -71,14 +71,17 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         costnet_steps=args.costnet_steps,
         costnet_loss=args.costnet_loss,
         lookahead=args.lookahead,
+        warm_start_devices=tuple(int(d) for d in args.warm_start_devices.split(",") if d),
     )
     model = train(config, log=log)
+    devices = ",".join(map(str, config.warm_start_devices)) or "the suite's"
     return model, (
         f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations "
         f"of {config.placements_per_iteration} placements, warm start {config.warm_start} "
         f"heuristic and random placements, {config.costnet_steps} cost-net steps per "
         f"iteration, {config.costnet_loss} loss, "
-        f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, seed {config.seed}; "
+        f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, "
+        f"warm start on {devices} devices, seed {config.seed}; "
         f"{time.monotonic() - start:.0f} s)"
     )
 
@@ -161,6 +164,11 @@ def main(argv: list[str] | None = None) -> str:
         choices=COSTNET_LOSSES,
         default=TrainConfig.costnet_loss,
         help=f"the cost network's loss when no --model (default {TrainConfig.costnet_loss})",
+    )
+    parser.add_argument(
+        "--warm-start-devices",
+        default="",
+        help="device counts the warm start cycles the training tasks through, e.g. 2,4,8",
     )
     parser.add_argument(
         "--no-lookahead",

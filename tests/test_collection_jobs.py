@@ -3,6 +3,7 @@
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import is_legal
 
 
 def test_a_short_warm_start_mixes_every_planner_across_the_tasks():
@@ -21,3 +22,17 @@ def test_jobs_are_distinct_and_repeat_exactly():
     assert len(set(keys)) == len(keys) == 12
     again = [(job.task.name, job.placement.devices) for job in collection_jobs(suite, 12)]
     assert again == keys
+
+
+def test_the_warm_start_can_spread_the_tasks_over_other_device_counts():
+    suite = make_suite(parse_suite_name("cpu-12x2", num_train_tasks=3, num_test_tasks=1))
+    jobs = list(collection_jobs(suite, 18, device_counts=(1, 2, 4)))
+    assert {job.task.num_devices for job in jobs} == {1, 2, 4}
+    for job in jobs:
+        own = next(t for t in suite.train_tasks if job.task.name.startswith(t.name))
+        assert job.task.tables == own.tables
+        assert is_legal(job.task, job.placement)
+        # the same memory in all (rounded up), never too little for the largest table
+        total = job.task.memory_cap_bytes * job.task.num_devices
+        assert total >= own.memory_cap_bytes * own.num_devices
+        assert job.task.memory_cap_bytes >= job.task.table_bytes().max()

@@ -9,9 +9,9 @@ one dataset take turns, and the second skips what the first stored while it wait
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dreamshard.costs.dataset import CostDataset, measurement_key
 from dreamshard.costs.host_lock import measurement_lock
@@ -36,7 +36,9 @@ class Job:
     round: int = 0
 
 
-def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Job]:
+def collection_jobs(
+    suite: Suite, count: int, mix: str = "mixed", device_counts: Sequence[int] = ()
+) -> Iterator[Job]:
     """`count` distinct placements of the suite's training tasks, heuristics and random mixed.
 
     Attempt i goes to task i % T with planner (i + i // T) % M and random seed i: the first T
@@ -44,6 +46,10 @@ def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Jo
     tasks shifts the cycle by one, so every task meets every planner in turn. A placement that
     another planner already proposed for the same task is skipped (two heuristics often agree),
     so `count` placements are all worth measuring; at most 10 x `count` attempts are made.
+
+    With `device_counts`, pass k over the tasks places them on device_counts[k % len] devices
+    (the same total memory), so the data also holds the loads per device that tasks of other
+    sizes bring (`on_devices`).
     """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
@@ -54,6 +60,8 @@ def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Jo
         if len(seen) == count:
             return
         task = tasks[i % len(tasks)]
+        if device_counts:
+            task = on_devices(task, device_counts[(i // len(tasks)) % len(device_counts)])
         method = methods[(i + i // len(tasks)) % len(methods)]
         try:
             placement = PLANNERS[method](task, i)
@@ -62,6 +70,18 @@ def collection_jobs(suite: Suite, count: int, mix: str = "mixed") -> Iterator[Jo
         if (task.name, placement.devices) not in seen:
             seen.add((task.name, placement.devices))
             yield Job(task, placement)
+
+
+def on_devices(task: PlacementTask, num_devices: int) -> PlacementTask:
+    """The task's tables on `num_devices` devices with the same total memory (and room for the
+    largest table), named after it ("NAME/8dev"); the task itself for its own device count."""
+    if num_devices == task.num_devices:
+        return task
+    cap = -(-task.memory_cap_bytes * task.num_devices // num_devices)  # ceiling
+    cap = max(cap, int(task.table_bytes().max()))
+    return replace(
+        task, num_devices=num_devices, memory_cap_bytes=cap, name=f"{task.name}/{num_devices}dev"
+    )
 
 
 @dataclass

@@ -225,7 +225,8 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         log(f"resuming after iteration {state.iteration} from {checkpoint}")
     elif config.warm_start:
         log(f"warm start: measuring {config.warm_start} heuristic and random placements")
-        collect(list(collection_jobs(suite, config.warm_start)), backend, dataset, spec.name)
+        jobs = collection_jobs(suite, config.warm_start, device_counts=config.warm_start_devices)
+        collect(list(jobs), backend, dataset, spec.name)
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
     probe_backend = backend if config.backend == "simulated" else None

@@ -24,6 +24,8 @@ class TrainConfig:
     learning_rate: float = 5e-4
     entropy_weight: float = 1e-3
     warm_start: int = 20  # heuristic and random placements measured first (0: none)
+    # device counts the warm start cycles the training tasks through (empty: the suite's own)
+    warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False
     lookahead: bool = True  # the policy also weighs the cost network's one-step lookahead
     train_tasks: int = 50
