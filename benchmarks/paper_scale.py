@@ -11,7 +11,7 @@ tables on each device count, fp16, each device capped by planning_speed's rule (
 16 devices is a control below the paper's counts, where no single table sets the step time.
 
 Without --model a model is trained first on the training half of pool seed 0 (`--train-suite`,
-simulated, nvlink, `--warm-start` placements and `--costnet-steps` per iteration; about 2 min),
+simulated, nvlink, `--warm-start` placements and `--costnet-steps` per iteration; 1.5 min),
 so every task is zero-shot: tables, device counts and task sizes it never saw.
 
 Planners per task: random, the four heuristics, the pure greedy policy (`dreamshard`, samples
@@ -27,6 +27,7 @@ benchmarks/results/paper_scale.md.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -252,6 +253,9 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began = time.monotonic()
+    # NumPy's BLAS threads are not torch's: on a busy host they decide the planners' times
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+    threads = f"OPENBLAS_NUM_THREADS {blas}, load average {os.getloadavg()[0]:.1f} at the start"
     backend = SimulatedBackend(topology=TOPOLOGY)
     model, model_note = model_for(args)
     torchrec = not args.no_torchrec
@@ -302,6 +306,7 @@ def main(argv: list[str] | None = None) -> str:
             )
             + "Ratios: geometric mean over "
             "tasks [bootstrap 95% interval over tasks]; below 1 is better. "
+            f"Plan times in process, one torch thread, {threads} on {os.cpu_count()} cores. "
             f"Wall time {(time.monotonic() - began) / 60:.1f} min. Command: "
             f"`{' '.join(['.venv/bin/python benchmarks/paper_scale.py', *(argv or [])])}`.",
             "## Headline: vs the per-task best heuristic\n\n"
