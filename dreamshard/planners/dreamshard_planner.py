@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet, make_batch
@@ -49,12 +50,15 @@ PLACE_SEARCH_SCORED = 150_000
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """torch on one intra-op thread, then back to what it was. Placing runs thousands of tiny
-    ops, which more threads only slow down: 2 threads on 2 busy cores made it 20x slower."""
+    """torch and NumPy's BLAS on one thread each, then back to what they were. Placing runs
+    thousands of small products, which more threads only slow down: 2 torch threads on 2 busy
+    cores made it 20x slower, and OpenBLAS's own threads made the lookahead at 128 devices
+    5-30x slower (benchmarks/paper_scale.py)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(previous)
 
