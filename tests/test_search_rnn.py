@@ -55,9 +55,11 @@ def test_the_search_planner_refines_the_dreamshard_placement(model):
     for task in make_suite(parse_suite_name("cpu-24x4", 1, 2)).test_tasks:
         plain = place(task, "dreamshard", model=model)
         searched = place(task, "dreamshard_search", model=model)
-        assert is_legal(task, searched) and searched.method == "dreamshard_search"
+        assert is_legal(task, searched)
         [before, after] = predicted_overall(model, task, [plain, searched])
         assert after <= before + 1e-6
+        if searched.method != "dreamshard_search":  # nothing better: the start, by its name
+            assert searched.devices == plain.devices and "found nothing" in searched.candidate
 
 
 def test_any_scorer_works_and_the_milp_stays_a_floor_for_it():
