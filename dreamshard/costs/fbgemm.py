@@ -4,7 +4,9 @@ In process (the default), every device group of the placement is built as one fu
 timed on the local accelerator, and communication comes from a topology model
 (`comm: modeled`). With `launcher="torchrun"`, one process per device runs the placement for
 real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs). Either way it
-times only while it holds the host's measurement lock (`costs/host_lock.py`).
+times only while it holds the host's measurement lock (`costs/host_lock.py`). In process, a
+fixed reference group is timed alongside, so labels can be compared across runs
+(`costs/reference.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from dreamshard.costs.comm import get_topology, modeled_comm
 from dreamshard.costs.host_lock import host_lock
+from dreamshard.costs.reference import reference_info, reference_tables
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
@@ -64,6 +67,10 @@ class FbgemmBackend:
     launcher: str = "inprocess"  # or "torchrun"
     batch_size: int = DEFAULT_BATCH
     retries: int = 1
+    # Time the reference group (costs/reference.py) inside every in-process measurement and
+    # record it in the info. It leaves the placement's own timings as they are, so it is not
+    # part of config() (records keep their keys); it costs about 12 ms per timed iteration.
+    reference: bool = True
     name: str = field(default="fbgemm", init=False)
 
     def __post_init__(self):
@@ -120,17 +127,22 @@ class FbgemmBackend:
         raise AssertionError("unreachable")
 
     def _in_process(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
-        from gpu_tasks.tbe import GroupFailure, GroupInput, time_groups
+        from gpu_tasks.tbe import GroupFailure, time_groups, time_groups_with_reference
 
-        groups = []
-        for members in placement.device_tables(task.num_devices):
-            tables = [task.tables[i] for i in members]
-            indices, offsets = concat_traces(tables, batch)
-            groups.append(
-                GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
-            )
+        groups = [
+            _group_input([task.tables[i] for i in members], batch)
+            for members in placement.device_tables(task.num_devices)
+        ]
+        info: dict = {}
         try:
-            timings = time_groups(groups, self.timing)
+            if self.reference:
+                tables = reference_tables()
+                reference = _group_input(tables, table_batch_size(tables, self.batch_size))
+                timings, ref = time_groups_with_reference(groups, reference, self.timing)
+                spent = sum(ref.fwd_samples) + sum(ref.bwd_samples)
+                info = reference_info(ref.fwd_ms + ref.bwd_ms, ref.cv, spent, self.device_kind())
+            else:
+                timings = time_groups(groups, self.timing)
         except GroupFailure as exc:
             raise MeasurementError(f"kernel failed on {exc}") from exc
         widths = np.array(
@@ -148,7 +160,7 @@ class FbgemmBackend:
         )
         comm = "modeled" if task.num_devices > 1 else "none"
         kernel_ms = sum(sum(t.fwd_samples) + sum(t.bwd_samples) for t in timings)
-        info = {"topology": topology.name, "batch": batch, "kernel_ms": kernel_ms}
+        info.update(topology=topology.name, batch=batch, kernel_ms=kernel_ms)
         return PlacementCost(devices, self.name, comm, info)
 
     def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
@@ -190,6 +202,13 @@ class FbgemmBackend:
         return PlacementCost(
             devices, self.name, "measured", {"batch": batch, "process_group": result["backend"]}
         )
+
+
+def _group_input(tables: list, batch: int):
+    from gpu_tasks.tbe import GroupInput
+
+    indices, offsets = concat_traces(tables, batch)
+    return GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
 
 
 def _first_error(stderr: str) -> str:

@@ -1,0 +1,84 @@
+"""The reference group: a fixed fused kernel timed inside every fbgemm measurement.
+
+Costs on a shared CPU drift 10-15% between runs (other processes, clock speed), so a raw
+label from Monday and one from Tuesday are not comparable. The fbgemm backend therefore times
+this group in the same round-robin as the placement's groups and records its time in the
+measurement's info. A *normalised* cost is the raw one scaled by how much faster or slower the
+reference ran than its nominal time: what the measurement would have been on a machine in the
+reference's nominal state. benchmarks/measurement.py shows how much closer two runs agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dreamshard.costs.types import DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
+from dreamshard.tables.synthetic import generate_tables
+from dreamshard.tables.table import Table
+
+# Twelve synthetic cpu-profile tables (seed 10), a typical device group of the cpu suites:
+# 470-114,028 rows, dims 4-128, 50 MB of fp32 weights (beyond this CPU's 32 MiB last-level
+# cache, as the groups are) and 290k lookups a batch. A smaller group that fits the cache
+# (seed 1, 8 tables, 33 MB) slowed more than the groups under another process's memory
+# traffic and over-corrected them by 5-10% (benchmarks/measurement.py); this one sits in the
+# middle of the groups. It adds about 12 ms per timed iteration.
+REFERENCE_SEED = 10
+REFERENCE_TABLES = 12
+# Bumped whenever the definition above changes, so records say which reference they used.
+REFERENCE_VERSION = 1
+# The reference's forward + backward milliseconds (median of the timed iterations) on this
+# 2-core AMD EPYC host, fp32, EXACT_SGD, one thread: the median over many quiet measurements
+# (benchmarks/measurement.py prints it). Normalised costs are in these milliseconds. Per device
+# kind; a kind without one records the reference's time but has no normalised cost.
+NOMINAL_MS = {"cpu": 11.8}
+
+
+def reference_tables() -> list[Table]:
+    """The reference group's tables: the same every run, traces regenerated from the seed."""
+    return generate_tables("cpu", REFERENCE_TABLES, seed=REFERENCE_SEED)
+
+
+def reference_info(measured_ms: float, cv: float, kernel_ms: float, device_kind: str) -> dict:
+    """What a measurement records about its reference (goes into `PlacementCost.info`)."""
+    return {
+        "reference_ms": measured_ms,
+        "reference_cv": cv,
+        "reference_kernel_ms": kernel_ms,  # all its timed iterations: what it cost
+        "reference_nominal_ms": NOMINAL_MS.get(device_kind),
+        "reference_version": REFERENCE_VERSION,
+    }
+
+
+def normalisation_factor(info: dict) -> float | None:
+    """nominal / measured reference time of a measurement, or None when it has none."""
+    measured, nominal = info.get("reference_ms"), info.get("reference_nominal_ms")
+    if not measured or not nominal:
+        return None
+    return nominal / measured
+
+
+def normalised(cost: PlacementCost) -> PlacementCost:
+    """The cost as if the reference had run at its nominal time.
+
+    Compute terms scale by the factor; a modeled all-to-all keeps its transfer time and scales
+    only the wait for the slowest forward (fwd_comm - bwd_comm), which is compute. Measured
+    communication has no reference (torchrun), so it cannot be normalised.
+    """
+    factor = normalisation_factor(cost.info)
+    if factor is None or cost.comm == "measured":
+        raise DreamshardError(
+            "this measurement has no reference time to normalise by (fbgemm in process records "
+            "one; torchrun, the simulated backend and older records do not)"
+        )
+    devices = tuple(
+        DeviceCost(
+            d.fwd_comp * factor,
+            d.bwd_comm + (d.fwd_comm - d.bwd_comm) * factor,
+            d.bwd_comm,
+            d.bwd_comp * factor,
+            d.cv,
+        )
+        for d in cost.devices
+    )
+    return replace(cost, devices=devices)

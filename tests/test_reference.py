@@ -1,0 +1,63 @@
+"""The reference group timed inside every fbgemm measurement, and labels normalised by it."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dreamshard.costs.fbgemm import FbgemmBackend
+from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.errors import DreamshardError
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.table import Table
+from dreamshard.tables.traces import concat_traces
+from gpu_tasks.tbe import TimingConfig
+
+FAST = TimingConfig(warmup=1, iterations=3)
+
+
+def tiny_task(devices=2):
+    tables = tuple(Table(f"t{i}", rows=2000, dim=32, pooling_factor=4.0) for i in range(4))
+    return PlacementTask(tables, devices, 2**30, "fp32", "tiny")
+
+
+def test_the_reference_group_is_the_same_every_time():
+    first, second = reference_tables(), reference_tables()
+    assert first == second and len(first) >= 4
+    a, b = concat_traces(first, 2048), concat_traces(second, 2048)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert len({t.rows for t in first}) > 1 and len({t.dim for t in first}) > 1  # a mixed group
+
+
+def test_every_in_process_measurement_records_its_reference():
+    backend = FbgemmBackend(timing=FAST)
+    cost = backend.measure(tiny_task(), Placement((0, 0, 1, 1)))
+    assert cost.info["reference_ms"] > 0
+    assert cost.info["reference_nominal_ms"] == NOMINAL_MS["cpu"] > 0
+    # the reference leaves what a measurement means, and so its dataset key, alone
+    assert backend.config() == FbgemmBackend(timing=FAST, reference=False).config()
+
+
+def test_normalising_scales_compute_and_keeps_every_device_waiting_for_the_slowest():
+    cost = FbgemmBackend(timing=FAST).measure(tiny_task(), Placement((0, 0, 0, 1)))
+    # the same measurement, as if the reference had run twice as long: the machine was slow
+    slow = replace(cost, info={**cost.info, "reference_ms": 2 * cost.info["reference_ms"]})
+    base, halved = normalised(cost), normalised(slow)
+    for b, h, raw in zip(base.devices, halved.devices, cost.devices):
+        assert h.fwd_comp == pytest.approx(b.fwd_comp / 2)
+        assert h.bwd_comp == pytest.approx(b.bwd_comp / 2)
+        assert h.bwd_comm == b.bwd_comm == raw.bwd_comm  # the modeled transfer is no compute
+    for devices in (base.devices, halved.devices):
+        done = [d.fwd_comp + d.fwd_comm - d.bwd_comm for d in devices]
+        assert max(done) == pytest.approx(min(done))  # the forward all-to-all waits for all
+    assert halved.overall < base.overall
+
+
+def test_a_measurement_without_a_reference_cannot_be_normalised():
+    task, placement = tiny_task(), Placement((0, 1, 0, 1))
+    plain = FbgemmBackend(timing=FAST, reference=False).measure(task, placement)
+    assert "reference_ms" not in plain.info
+    for cost in (plain, SimulatedBackend().measure(task, placement)):
+        with pytest.raises(DreamshardError, match="no reference"):
+            normalised(cost)
