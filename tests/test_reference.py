@@ -1,14 +1,18 @@
 """The reference group timed inside every fbgemm measurement, and labels normalised by it."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from dreamshard.costs.dataset import CostDataset, measurement_key
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
+from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.costnet_data import load_examples
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import concat_traces
@@ -61,3 +65,25 @@ def test_a_measurement_without_a_reference_cannot_be_normalised():
     for cost in (plain, SimulatedBackend().measure(task, placement)):
         with pytest.raises(DreamshardError, match="no reference"):
             normalised(cost)
+
+
+def test_normalised_labels_come_from_the_stored_reference(tmp_path):
+    task, placement = tiny_task(), Placement((0, 0, 1, 1))
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    backends = (FbgemmBackend(timing=FAST), FbgemmBackend(timing=FAST, reference=False))
+    for round_, backend in enumerate(backends):
+        cost = backend.measure(task, placement)
+        key = measurement_key(task, placement, backend.config(), round_)
+        dataset.append(key, task, placement, cost, backend.config(), round_=round_)
+    raw = load_examples(dataset)
+    (norm,) = load_examples(dataset, labels="normalised")  # the unreferenced one is left out
+    assert len(raw) == 2
+    info = json.loads(dataset.rows()[0]["info"])
+    factor = info["reference_nominal_ms"] / info["reference_ms"]
+    compute = [DEVICE_TERMS.index("fwd_comp"), DEVICE_TERMS.index("bwd_comp")]
+    np.testing.assert_allclose(
+        norm.device_targets[:, compute], raw[0].device_targets[:, compute] * factor, rtol=1e-5
+    )
+    assert norm.overall != raw[0].overall
+    with pytest.raises(ValueError, match="unknown labels"):
+        load_examples(dataset, labels="scaled")

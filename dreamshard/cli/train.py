@@ -8,7 +8,7 @@ from dataclasses import fields
 from dreamshard.cli.args import positive
 from dreamshard.costs.comm import TOPOLOGIES
 from dreamshard.learn.rnn_config import RnnTrainConfig
-from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
+from dreamshard.learn.train_config import COSTNET_LOSSES, LABELS, TrainConfig
 
 
 def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
@@ -78,6 +78,14 @@ def add_train_command(sub) -> None:
         help="the cost network's loss: mse on costs scaled by the median cost (the paper's), "
         "relative (squared relative error) or log (squared error of log costs) "
         f"(default {defaults.costnet_loss})",
+    )
+    tr.add_argument(
+        "--labels",
+        choices=LABELS,
+        default=defaults.labels,
+        help="the cost network's labels: raw costs, or normalised by the reference group timed "
+        "with each fbgemm measurement, so labels from different runs agree; measurements "
+        f"without one are left out (default {defaults.labels})",
     )
     reinforce_options(tr, defaults)
     tr.add_argument(

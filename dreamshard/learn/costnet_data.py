@@ -9,7 +9,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
+from dreamshard.costs.reference import normalisation_factor, normalised
+from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.train_config import LABELS
 from dreamshard.tables.features import FEATURE_NAMES, feature_matrix
 
 
@@ -29,28 +32,49 @@ class Example:
         return self.features, self.devices, self.num_devices
 
 
-def load_examples(dataset: CostDataset, config: dict | None = None) -> list[Example]:
-    """Every successful measurement (taken with backend settings `config`, when given)."""
+def load_examples(
+    dataset: CostDataset, config: dict | None = None, labels: str = "raw"
+) -> list[Example]:
+    """Every successful measurement (taken with backend settings `config`, when given).
+
+    `labels="normalised"` labels each with its cost normalised by the reference group timed
+    with it (costs/reference.py), so labels from different runs agree; measurements without a
+    reference time (older records, torchrun) are left out.
+    """
+    if labels not in LABELS:
+        raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
     wanted = json.dumps(config, sort_keys=True) if config is not None else None
     examples = []
     for row in dataset.rows(status="ok"):
         if wanted is not None and row["config"] != wanted:
             continue
+        cost = _record_cost(row)
+        if labels == "normalised":
+            if normalisation_factor(cost.info) is None or cost.comm == "measured":
+                continue
+            cost = normalised(cost)
         task, placement = record_task(row)
-        costs = record_costs(row)
-        targets = np.array([[c[t] for t in DEVICE_TERMS] for c in costs], dtype=np.float32)
+        targets = np.array(
+            [[getattr(d, t) for t in DEVICE_TERMS] for d in cost.devices], dtype=np.float32
+        )
         examples.append(
             Example(
                 feature_matrix(task.tables),
                 np.array(placement.devices),
                 task.num_devices,
                 targets,
-                float(row["overall"]),
+                float(cost.overall),
                 task.name,
                 placement.method,
             )
         )
     return examples
+
+
+def _record_cost(row) -> PlacementCost:
+    devices = tuple(DeviceCost(**c) for c in record_costs(row))
+    info = json.loads(row["info"]) if row["info"] else {}
+    return PlacementCost(devices, row["backend"], row["comm"] or "", info)
 
 
 def mask_features(examples: list[Example], removed: Sequence[str]) -> list[Example]:

@@ -185,7 +185,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     Returns (model with an untrained policy, per-step losses, held-out errors).
     """
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
-    examples = load_examples(CostDataset(dataset_path(config)), backend.config())
+    examples = load_examples(CostDataset(dataset_path(config)), backend.config(), config.labels)
     if len(examples) < 5:
         raise DreamshardError(
             f"{dataset_path(config)} holds {len(examples)} measurements on this backend's "
@@ -233,7 +233,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     while state.iteration < config.iterations:
         start = time.monotonic()
         summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name)
-        examples: list[Example] = load_examples(dataset, backend.config())
+        examples: list[Example] = load_examples(dataset, backend.config(), config.labels)
         losses = fit_costnet(state, config, examples)
         rewards = train_policy(state, config, tasks)
         state.iteration += 1

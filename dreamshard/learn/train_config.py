@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
+LABELS = ("raw", "normalised")  # learn/costnet_data.py, load_examples
 
 
 @dataclass
@@ -19,6 +20,9 @@ class TrainConfig:
     # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median cost
     # (the paper's), "relative" (squared relative error) or "log" (log space); docs/learning.md
     costnet_loss: str = "mse"
+    # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
+    # each fbgemm measurement (costs/reference.py; measurements without one are left out)
+    labels: str = "raw"
     policy_updates: int = 10
     episodes: int = 10
     learning_rate: float = 5e-4
