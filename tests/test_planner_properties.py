@@ -11,6 +11,7 @@ import torch
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.evaluation.results import candidate_kind
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy, fast_rollout
@@ -247,4 +248,8 @@ def test_the_final_search_only_improves_and_says_where_it_started():
             start = next(c for c, _ in ranked if c.candidate == source)
             assert winner.method == "dreamshard" and int(steps.split()[0]) > 0
             assert winner.devices != start.devices
+            # reports count it under its source, searched
+            assert candidate_kind(winner.candidate) == f"{candidate_kind(start.candidate)} + search"
+        else:
+            assert "search" not in candidate_kind(winner.candidate)
     assert searched, "the search must improve some winner to test it"

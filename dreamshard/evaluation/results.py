@@ -110,10 +110,7 @@ class Evaluation:
         counts: dict[str, int] = {}
         for row in self.placements:
             if row[j] is not None and row[j].candidate:
-                kind = row[j].candidate.split(";")[0]
-                kind = kind.removeprefix("heuristic ")
-                kind = "policy" if kind.startswith("policy") else kind
-                kind = "search" if "search steps" in kind else kind
+                kind = candidate_kind(row[j].candidate)
                 counts[kind] = counts.get(kind, 0) + 1
         return ", ".join(f"{k} {n}" for k, n in counts.items())
 
@@ -221,3 +218,16 @@ class Evaluation:
             declined,
             data.get("costs_made", ""),
         )
+
+
+def candidate_kind(candidate: str) -> str:
+    """A winner's source for counting: "policy", "costnet greedy", a heuristic's name, each
+    with " + search" when the planner's final search improved it ("policy greedy + 3 search
+    steps" -> "policy + search"); "search" for `dreamshard_search`'s own results."""
+    kind = candidate.split(";")[0]
+    if kind[:1].isdigit():  # "12 search steps from ...": dreamshard_search's multi-start
+        return "search"
+    source, _, searched = kind.partition(" + ")
+    source = source.removeprefix("heuristic ")
+    source = "policy" if source.startswith("policy") else source
+    return f"{source} + search" if "search steps" in searched else source
