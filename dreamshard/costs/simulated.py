@@ -50,16 +50,37 @@ DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
 
 def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:
     """The model's features of one fused group (zeros for an empty device)."""
-    if not tables:
-        return np.zeros(len(GROUP_FEATURES))
-    lookups = sum(batch_size * t.pooling_factor for t in tables)
-    volume = sum(batch_size * t.pooling_factor * t.dim for t in tables)
-    touched = sum(expected_unique_rows(t, batch_size) * t.dim for t in tables)
-    width = batch_size * sum(t.dim for t in tables)
-    working_set = 4 * (touched + width)  # fp32 rows touched, and the pooled output
-    miss = max(0.0, 1.0 - CACHE_BYTES / working_set)
-    cross = lookups * sum(t.dim for t in tables)
-    return np.array([1.0, len(tables), lookups, volume, touched, width, cross, volume * miss])
+    return features_of_sums(table_quantities(tables, batch_size).sum(axis=0, keepdims=True))[0]
+
+
+def table_quantities(tables: Sequence[Table], batch_size: int) -> np.ndarray:
+    """[T, 6] each table's additive share of a group's features: tables (1), lookups, lookup
+    volume, touched row bytes / 4, output width, dim. A group's sums give `features_of_sums`."""
+    return np.array(
+        [
+            [
+                1.0,
+                batch_size * t.pooling_factor,
+                batch_size * t.pooling_factor * t.dim,
+                expected_unique_rows(t, batch_size) * t.dim,
+                batch_size * t.dim,
+                t.dim,
+            ]
+            for t in tables
+        ]
+    ).reshape(-1, 6)
+
+
+def features_of_sums(sums: np.ndarray) -> np.ndarray:
+    """[N, GROUP_FEATURES] from groups' sums [N, 6] of `table_quantities` (what
+    `group_features` computes table by table; the cache overflow is the one non-additive)."""
+    count, lookups, volume, touched, width, dims = sums.T
+    working_set = 4 * (touched + width)
+    miss = np.maximum(0.0, 1.0 - CACHE_BYTES / np.maximum(working_set, 1e-30))
+    return np.stack(
+        [count > 0, count, lookups, volume, touched, width, lookups * dims, volume * miss],
+        axis=1,
+    ).astype(np.float64)
 
 
 @dataclass
@@ -147,32 +168,15 @@ class SimulatedBackend:
         """
         batch = table_batch_size(task.tables, self.batch_size)
         tables = task.tables
-        per_table = np.array(
-            [
-                [
-                    1.0,
-                    batch * t.pooling_factor,
-                    batch * t.pooling_factor * t.dim,
-                    expected_unique_rows(t, batch) * t.dim,
-                    batch * t.dim,
-                    t.dim,
-                ]
-                for t in tables
-            ]
-        )  # [T, 6]: tables, lookups, volume, touched, width, dims
+        per_table = table_quantities(tables, batch)
         n, d = len(placements), task.num_devices
         devices = np.asarray([p.devices for p in placements], dtype=np.int64)  # [N, T]
         slot = (devices + d * np.arange(n)[:, None]).ravel()
         sums = np.stack(
             [np.bincount(slot, np.tile(per_table[:, k], n), n * d) for k in range(6)], axis=1
         )  # [N * D, 6]
-        count, lookups, volume, touched, width, dims = sums.T
-        working_set = 4 * (touched + width)
-        miss = np.maximum(0.0, 1.0 - CACHE_BYTES / np.maximum(working_set, 1e-30))
-        features = np.stack(
-            [count > 0, count, lookups, volume, touched, width, lookups * dims, volume * miss],
-            axis=1,
-        ).astype(np.float64)
+        features = features_of_sums(sums)
+        dims = sums[:, 5]
         fwd, bwd = self.model.predict(features)
         fwd, bwd, dims = fwd.reshape(n, d), bwd.reshape(n, d), dims.reshape(n, d)
         topology = get_topology(self.topology)

@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from dreamshard.costs.comm import device_transfer_ms, get_topology
-from dreamshard.costs.simulated import CACHE_BYTES, SimulatedBackend
+from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.tables.features import feature_matrix
-from dreamshard.tables.traces import expected_unique_rows, table_batch_size
+from dreamshard.tables.traces import table_batch_size
 
 
 @dataclass
@@ -230,29 +230,11 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
     """The simulated backend's analytic model as a device-additive model (ms)."""
     backend = backend or SimulatedBackend()
     batch = table_batch_size(task.tables, backend.batch_size)
-    vectors = np.array(
-        [
-            [
-                batch * t.pooling_factor,
-                batch * t.pooling_factor * t.dim,
-                expected_unique_rows(t, batch) * t.dim,
-                batch * t.dim,
-                t.dim,
-                1.0,
-            ]
-            for t in task.tables
-        ]
-    )
+    vectors = table_quantities(task.tables, batch)
     fwd_w, bwd_w = np.array(backend.model.fwd), np.array(backend.model.bwd)
 
     def terms(sums):
-        lookups, volume, touched, width, dims, count = sums.T
-        working_set = 4 * (touched + width)
-        miss = np.maximum(0.0, 1.0 - CACHE_BYTES / np.maximum(working_set, 1e-30))
-        features = np.stack(
-            [count > 0, count, lookups, volume, touched, width, lookups * dims, volume * miss],
-            axis=1,
-        )
+        features = features_of_sums(sums)
         return features @ fwd_w, features @ bwd_w, None
 
     topology = get_topology(backend.topology)
