@@ -63,11 +63,13 @@ def modeled_comm(backend) -> dict | None:
     return {"topology": topology, "batch": int(getattr(backend, "batch_size", DEFAULT_BATCH))}
 
 
-def fresh_state(config: TrainConfig) -> TrainState:
+def fresh_state(config: TrainConfig, backend=None) -> TrainState:
+    """Untrained networks (or `config.init_model`'s) and optimizers; `backend` (the run's,
+    made from `config` when not given) says whether the cost network models communication."""
     torch.manual_seed(config.seed)
-    comm = modeled_comm(
-        make_backend(config.backend, config.measure_iterations, topology=config.topology)
-    )
+    if backend is None:
+        backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
+    comm = modeled_comm(backend)
     costnet = CostNet(comm=comm)
     policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
@@ -103,10 +105,10 @@ def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
     )
 
 
-def load_checkpoint(path: Path, config: TrainConfig) -> TrainState:
+def load_checkpoint(path: Path, config: TrainConfig, backend=None) -> TrainState:
     data = read_torch_file(path, "checkpoint")
     model = model_from_state(data["model"], path)
-    state = fresh_state(config)
+    state = fresh_state(config, backend)
     state.costnet, state.policy = model.costnet, model.policy
     state.costnet.train()
     state.policy.train()
@@ -192,7 +194,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
             "settings; collect at least 5 first (dreamshard collect)"
         )
     cut = len(examples) - max(1, int(len(examples) * holdout))
-    state = fresh_state(config)
+    state = fresh_state(config, backend)
     fit_config = replace(config, iterations=1)
     losses = fit_costnet(state, fit_config, examples[:cut])
     errors = costnet_errors(state.costnet, examples[cut:])
@@ -220,7 +222,10 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     dataset = CostDataset(dataset_path(config))
     checkpoint = out / "checkpoint.pt"
-    state = load_checkpoint(checkpoint, config) if checkpoint.exists() else fresh_state(config)
+    if checkpoint.exists():
+        state = load_checkpoint(checkpoint, config, backend)
+    else:
+        state = fresh_state(config, backend)
     if state.iteration:
         log(f"resuming after iteration {state.iteration} from {checkpoint}")
     elif config.warm_start:
