@@ -13,13 +13,7 @@ from __future__ import annotations
 
 # gpu_tasks.tbe (torch and the fbgemm kernels) is imported inside the methods that time, so
 # that choosing a backend or reading its config loads nothing heavy.
-import json
-import os
-import re
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,6 +23,7 @@ import numpy as np
 from dreamshard.costs.comm import get_topology, modeled_comm
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import reference_info, reference_tables
+from dreamshard.costs.torchrun import TorchrunError, run_job
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
@@ -171,30 +166,12 @@ class FbgemmBackend:
             "batch_size": batch,
             "timing": asdict(self.timing),
         }
-        with tempfile.TemporaryDirectory(prefix="dreamshard-job-") as tmp:
-            job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
-            job_path.write_text(json.dumps(job))
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                f"--nproc_per_node={task.num_devices}",
-                "--master_addr=127.0.0.1",
-                f"--master_port={_free_port()}",
-                "-m",
-                "gpu_tasks.distributed",
-                "--job",
-                str(job_path),
-                "--out",
-                str(out_path),
-            ]
-            env = dict(os.environ, OMP_NUM_THREADS=str(self.timing.threads))
-            proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
-            if proc.returncode != 0 or not out_path.exists():
-                raise MeasurementError(
-                    f"torchrun exited with {proc.returncode}: {_first_error(proc.stderr)}"
-                )
-            result = json.loads(out_path.read_text())
+        try:
+            result = run_job(
+                "gpu_tasks.distributed", task.num_devices, job, threads=self.timing.threads
+            )
+        except TorchrunError as exc:
+            raise MeasurementError(str(exc)) from exc
         devices = tuple(
             DeviceCost(r["fwd_comp"], r["fwd_comm"], r["bwd_comm"], r["bwd_comp"], r["cv"])
             for r in result["ranks"]
@@ -209,16 +186,3 @@ def _group_input(tables: list, batch: int):
 
     indices, offsets = concat_traces(tables, batch)
     return GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
-
-
-def _first_error(stderr: str) -> str:
-    """The first line that names an exception (a rank's), else the last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    named = [line for line in lines if re.search(r"\w+(Error|Exception|Failure)\b:", line)]
-    return (named or lines or ["no output"])[0]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
