@@ -20,7 +20,7 @@ from typing import Any
 
 from dreamshard.costs.types import COST_TERMS, DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.sources import table_from_record, table_to_dict
 
 COLUMNS = """
@@ -40,6 +40,7 @@ ADDED_COLUMNS = {"info": "TEXT"}
 
 
 def measurement_key(task: PlacementTask, placement: Placement, config: dict, round_: int) -> str:
+    task, placement = shard_view(task, placement)
     identity = {
         "tables": [table_to_dict(t) for t in task.tables],
         "num_devices": task.num_devices,
@@ -127,7 +128,9 @@ class CostDataset:
         round_: int = 0,
         error: str = "",
     ) -> bool:
-        """Store one measurement (or its error); False when the key was already stored."""
+        """Store one measurement (or its error); False when the key was already stored. A split
+        placement is stored table-wise, over its shards."""
+        task, placement = shard_view(task, placement)
         record: dict[str, Any] = {
             "key": key,
             "status": "ok" if cost is not None else "error",

@@ -26,7 +26,7 @@ from dreamshard.costs.reference import reference_info, reference_tables
 from dreamshard.costs.torchrun import TorchrunError, run_job
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, shard_view
 from dreamshard.report import format_bytes
 from dreamshard.tables.sources import table_to_dict
 from dreamshard.tables.traces import DEFAULT_BATCH, concat_traces, table_batch_size
@@ -97,6 +97,7 @@ class FbgemmBackend:
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()
         check_legal(task, placement)
+        task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
         if self.device_kind() == "cpu":
             needed, free = host_bytes_needed(task, batch), available_memory_bytes()

@@ -29,7 +29,13 @@ from dreamshard.costs.comm import get_topology, modeled_comm, transfer_many
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.placement.tasks import (
+    Placement,
+    PlacementTask,
+    check_legal,
+    placement_task,
+    shard_view,
+)
 from dreamshard.state import calibration_path
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import DEFAULT_BATCH, expected_unique_rows, table_batch_size
@@ -166,6 +172,8 @@ class SimulatedBackend:
         placement's device features are per-table quantities summed by device; a local search
         scores thousands of neighbours a second this way.
         """
+        if placements and placements[0].splits:  # placements of one task share its splits
+            task = placement_task(task, placements[0])
         batch = table_batch_size(task.tables, self.batch_size)
         tables = task.tables
         per_table = table_quantities(tables, batch)
@@ -187,6 +195,7 @@ class SimulatedBackend:
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()
         check_legal(task, placement)
+        task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
         features = np.stack([group_features(g, batch) for g in groups])

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from dreamshard.costs.comm import get_topology, transfer_many
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
 from dreamshard.tables.traces import table_batch_size
 
@@ -197,6 +197,7 @@ class CostNet(nn.Module):
     def predict_ms(self, task: PlacementTask, placement: Placement) -> tuple[np.ndarray, float]:
         """(per-device [fwd_comp, bwd_comm, bwd_comp] in ms, overall ms) for one placement;
         bwd_comm is the modeled all-to-all where the network has one."""
+        task, placement = shard_view(task, placement)
         comm = self.comm_ms(task, np.array(placement.devices))
         batch = make_batch(
             [(feature_matrix(task.tables), np.array(placement.devices), task.num_devices)], comm

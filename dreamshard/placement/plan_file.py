@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -10,24 +11,37 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json, validate, write_json_atomic
-from dreamshard.placement.tasks import Placement, PlacementTask, device_memory, placement_problem
+from dreamshard.placement.tasks import (
+    Placement,
+    PlacementTask,
+    device_memory,
+    placement_problem,
+    placement_task,
+    shard_task,
+)
+from dreamshard.tables.shards import SPLIT_KINDS, Split
 from dreamshard.tables.table import BYTES_PER_WEIGHT
 
 PLAN_FORMAT = "dreamshard-plan"
+PLAN_VERSION = 2  # 2 carries shards (splits); version 1 (tables only) still reads
 
 
 def plan_to_dict(task: PlacementTask, placement: Placement) -> dict[str, Any]:
+    """The plan (version 2): `splits` lists the split tables, `placement` maps each shard (a
+    whole table, `name[c0:c1]` or `name[r0:r1]`) to its device."""
+    task = placement_task(task, placement)
     used = device_memory(task, placement)
     groups = placement.device_tables(task.num_devices)
     return {
         "format": PLAN_FORMAT,
-        "version": 1,
+        "version": PLAN_VERSION,
         "method": placement.method,
         "candidate": placement.candidate,
         "task": task.name,
         "num_devices": task.num_devices,
         "memory_cap_bytes": task.memory_cap_bytes,
         "precision": task.precision,
+        "splits": [asdict(s) for s in placement.splits],
         "placement": {t.name: int(d) for t, d in zip(task.tables, placement.devices)},
         "devices": [
             {
@@ -92,6 +106,16 @@ class DeviceRecord(BaseModel):
     memory_bytes: int = Field(ge=0)
 
 
+class SplitRecord(BaseModel):
+    """One split table of a plan (`Split`)."""
+
+    model_config = ConfigDict(strict=True)
+
+    table: str
+    kind: Literal[*SPLIT_KINDS]
+    parts: int = Field(ge=2)
+
+
 class PlanFile(BaseModel):
     """A plan file as `plan_to_dict` writes it (other keys are ignored). JSON types are exact:
     a count written as "2" or 2.0 is refused, so is a device written as true."""
@@ -99,7 +123,7 @@ class PlanFile(BaseModel):
     model_config = ConfigDict(strict=True)
 
     format: Literal[PLAN_FORMAT]
-    version: Literal[1]
+    version: Literal[1, 2]
     method: str = ""
     candidate: str = ""
     note: str = ""
@@ -107,6 +131,7 @@ class PlanFile(BaseModel):
     num_devices: int = Field(gt=0)
     memory_cap_bytes: int = Field(gt=0)
     precision: Literal[*BYTES_PER_WEIGHT] = "fp16"
+    splits: list[SplitRecord] = []  # version 2
     placement: dict[str, Annotated[int, Field(ge=0)]]
     devices: list[DeviceRecord] = []
     refinement: RefinementRecord | None = None  # plans written with --refine (0.2)
@@ -127,18 +152,24 @@ def placement_from_plan(
     if not isinstance(plan, PlanFile):
         plan = validate(PlanFile, plan, where)
     mapping = plan.placement
-    names = [t.name for t in task.tables]
+    splits = tuple(Split(s.table, s.kind, s.parts) for s in plan.splits)
+    try:
+        shards = shard_task(task, splits)
+    except DreamshardError as exc:
+        raise DreamshardError(f"{where}: splits: {exc}") from None
+    names = [t.name for t in shards.tables]
+    what = "shards of the table file's tables" if splits else "tables of the table file"
     unknown = sorted(set(mapping) - set(names))
     if unknown:
         raise DreamshardError(
             f"{where}: placement names unknown table {unknown[0]} ({len(unknown)} in all); "
-            "it must place exactly the tables of the table file"
+            f"it must place exactly the {what}"
         )
     missing = [n for n in names if n not in mapping]
     if missing:
         raise DreamshardError(
             f"{where}: placement misses table {missing[0]} ({len(missing)} in all); "
-            "it must place exactly the tables of the table file"
+            f"it must place exactly the {what}"
         )
     for name in names:
         if mapping[name] >= task.num_devices:
@@ -146,7 +177,7 @@ def placement_from_plan(
                 f"{where}: placement.{name} is device {mapping[name]}, "
                 f"outside 0..{task.num_devices - 1} (num_devices {task.num_devices})"
             )
-    placement = Placement(tuple(mapping[n] for n in names), method=plan.method)
+    placement = Placement(tuple(mapping[n] for n in names), method=plan.method, splits=splits)
     problem = placement_problem(task, placement)
     if problem:
         raise DreamshardError(f"{where}: illegal placement: {problem}")

@@ -1,13 +1,20 @@
-"""Placement tasks (tables + devices + memory cap) and placements (a device per table)."""
+"""Placement tasks (tables + devices + memory cap) and placements (a device per shard).
+
+A placement may split tables (`Placement.splits`, column-wise or row-wise, `tables.shards`):
+its devices then index the shards of its task's tables, the tables of `shard_task(task,
+splits)`, in which each split table's shards stand where the table stood. A placement without
+splits has one device per table, as in the paper.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_bytes
+from dreamshard.tables.shards import Split, split_table, validate_splits
 from dreamshard.tables.table import BYTES_PER_WEIGHT, Table, validate_table
 
 GIB = 2**30
@@ -54,9 +61,31 @@ class PlacementTask:
             validate_table(table)
 
 
+def shard_task(task: PlacementTask, splits: tuple[Split, ...]) -> PlacementTask:
+    """The task whose tables are `task`'s with each split table replaced by its shards, in
+    place (`task` itself when nothing is split, or when its tables are already these shards).
+    Computed once per task and splits."""
+    if not splits or any(t.shard is not None for t in task.tables):
+        return task
+    cache = task.__dict__.setdefault("_shard_tasks", {})
+    key = tuple(sorted((s.table, s.kind, s.parts) for s in splits))
+    if key not in cache:
+        validate_splits(task.tables, splits)
+        by_table = {s.table: s for s in splits}
+        tables: list[Table] = []
+        for table in task.tables:
+            split = by_table.get(table.name)
+            tables.extend(split_table(table, split.kind, split.parts) if split else (table,))
+        cache[key] = PlacementTask(
+            tuple(tables), task.num_devices, task.memory_cap_bytes, task.precision, task.name
+        )
+    return cache[key]
+
+
 @dataclass(frozen=True)
 class Placement:
-    """`devices[i]` is the device of `task.tables[i]`.
+    """`devices[i]` is the device of shard i: of `task.tables[i]` when nothing is split, else of
+    `shard_task(task, splits).tables[i]` (`placement_task`).
 
     `method` names the planner whose rule made it; `candidate` says, for a planner that picks
     among several placements (dreamshard), which one won ("policy sample 3", "heuristic lookup").
@@ -65,6 +94,7 @@ class Placement:
     devices: tuple[int, ...]
     method: str = ""
     candidate: str = ""
+    splits: tuple[Split, ...] = ()
 
     def device_tables(self, num_devices: int) -> list[list[int]]:
         """Indices of the tables on each device."""
@@ -74,8 +104,22 @@ class Placement:
         return groups
 
 
+def placement_task(task: PlacementTask, placement: Placement) -> PlacementTask:
+    """The task whose tables `placement.devices` index: `task`, or its shards."""
+    return shard_task(task, placement.splits)
+
+
+def shard_view(task: PlacementTask, placement: Placement) -> tuple[PlacementTask, Placement]:
+    """The same plan seen table-wise: the task of the placement's shards and the placement of
+    them with no splits left to apply (what backends, datasets and cost models take)."""
+    if not placement.splits:
+        return task, placement
+    return placement_task(task, placement), replace(placement, splits=())
+
+
 def device_memory(task: PlacementTask, placement: Placement) -> np.ndarray:
     """Bytes used on each device."""
+    task = placement_task(task, placement)
     return np.bincount(
         np.asarray(placement.devices, dtype=np.int64),
         weights=task.table_bytes(),
@@ -85,6 +129,10 @@ def device_memory(task: PlacementTask, placement: Placement) -> np.ndarray:
 
 def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
     """Why a placement is illegal for a task, or None when it is legal."""
+    try:
+        task = placement_task(task, placement)
+    except DreamshardError as exc:
+        return str(exc)
     if len(placement.devices) != len(task.tables):
         return f"the placement has {len(placement.devices)} devices for {len(task.tables)} tables"
     for table, d in zip(task.tables, placement.devices):

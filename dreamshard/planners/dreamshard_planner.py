@@ -23,13 +23,15 @@ from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import Lookahead, fast_rollout, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
-from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
+from dreamshard.placement.tasks import Placement, PlacementTask, is_legal, placement_task
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.tables.features import feature_matrix
 
 
 @torch.no_grad()
 def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -> list[float]:
+    if placements and placements[0].splits:  # placements of one task share its splits
+        task = placement_task(task, placements[0])
     features = feature_matrix(task.tables)
     comm = model.costnet.comm_ms(task, np.array([p.devices for p in placements]))
     batch = make_batch(

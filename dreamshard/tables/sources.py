@@ -8,14 +8,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import validate, write_json_atomic, write_text_atomic
-from dreamshard.tables.table import DEFAULT_HISTOGRAM, NUM_BINS, Table, TraceRef
+from dreamshard.tables.table import DEFAULT_HISTOGRAM, NUM_BINS, ShardRange, Table, TraceRef
 
 REQUIRED_COLUMNS = ("name", "rows", "dim", "pooling_factor")
 BIN_COLUMNS = tuple(f"bin_{j}" for j in range(NUM_BINS))
@@ -32,6 +32,8 @@ def table_to_dict(table: Table) -> dict[str, Any]:
     }
     if table.trace is not None:
         data["trace"] = asdict(table.trace)
+    if table.shard is not None:
+        data["shard"] = asdict(table.shard)
     return data
 
 
@@ -56,6 +58,16 @@ class TraceRecord(BaseModel):
     path: str = ""
 
 
+class ShardRecord(BaseModel):
+    """What a shard is cut from (`ShardRange`): a shard's record in a cost dataset."""
+
+    of: str = Field(min_length=1)
+    kind: Literal["column", "row"]
+    start: int = Field(ge=0)
+    stop: int = Field(gt=0)
+    extent: int = Field(gt=0)
+
+
 class TableFields(BaseModel):
     """One table of a spec: a CSV row or a JSON object. Numbers may be written as text (CSV);
     empty cells count as absent; other keys are ignored. TableRecord adds bin_0..bin_16."""
@@ -70,6 +82,7 @@ class TableFields(BaseModel):
     pooling_factor: float = Field(gt=0)
     histogram: list[Fraction] | None = Field(None, min_length=NUM_BINS, max_length=NUM_BINS)
     trace: TraceRecord | None = None
+    shard: ShardRecord | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -107,7 +120,8 @@ class TableFields(BaseModel):
         else:
             histogram = tuple(n / sum(bins) for n in bins)
         trace = TraceRef(**self.trace.model_dump()) if self.trace else None
-        return Table(self.name, self.rows, self.dim, self.pooling_factor, histogram, trace)
+        shard = ShardRange(**self.shard.model_dump()) if self.shard else None
+        return Table(self.name, self.rows, self.dim, self.pooling_factor, histogram, trace, shard)
 
 
 TableRecord = create_model(

@@ -49,6 +49,18 @@ class TraceRef:
 
 
 @dataclass(frozen=True)
+class ShardRange:
+    """What a shard is cut from: columns (kind "column") or rows ("row") [start, stop) of table
+    `of`, whose extent along that axis (its dim or its rows) is `extent`."""
+
+    of: str
+    kind: str
+    start: int
+    stop: int
+    extent: int
+
+
+@dataclass(frozen=True)
 class Table:
     """One embedding table: hash size, embedding dim, mean bag length and access histogram.
 
@@ -63,6 +75,7 @@ class Table:
     pooling_factor: float
     histogram: tuple[float, ...] = DEFAULT_HISTOGRAM
     trace: TraceRef | None = field(default=None, compare=False)
+    shard: ShardRange | None = None  # set on a shard of a split table (tables.shards)
 
     @property
     def size(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,15 +45,20 @@ def table_batch_size(tables: Sequence[Table], default: int) -> int:
 
 
 def trace_for(table: Table, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The table's lookups for one batch of `batch_size` bags."""
+    """The table's lookups for one batch of `batch_size` bags. A shard reads its table's trace
+    and keeps its rows (`tables.shards.shard_trace`); a column shard of a table known only by
+    statistics gets its table's trace, a row shard one from its own statistics."""
     ref = table.trace
     if ref is not None and ref.batch_size == batch_size:
         if ref.kind == "synthetic":
-            return _synthetic_trace(ref)
+            return shard_trace(table, *_synthetic_trace(ref))
         if ref.kind == "dlrm":
             from dreamshard.tables.dlrm_data import read_dataset_trace  # torch: only for .pt files
 
-            return read_dataset_trace(ref)
+            return shard_trace(table, *read_dataset_trace(ref))
+    shard = table.shard
+    if shard is not None and shard.kind == "column":
+        table = replace(table, name=shard.of, dim=shard.extent, shard=None)
     return _trace_from_statistics(table, batch_size)
 
 
@@ -61,6 +67,19 @@ def _synthetic_trace(ref) -> tuple[np.ndarray, np.ndarray]:
     indices, offsets = generate_trace(ref)
     indices.flags.writeable = offsets.flags.writeable = False  # shared by the cache
     return indices, offsets
+
+
+def shard_trace(
+    table: Table, indices: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's lookups from its table's: a column shard reads the same rows; a row shard keeps
+    the lookups inside its rows, renumbered from 0, in the same bags (some may be empty)."""
+    shard = table.shard
+    if shard is None or shard.kind == "column":
+        return indices, offsets
+    keep = (indices >= shard.start) & (indices < shard.stop)
+    kept_before = np.concatenate(([0], np.cumsum(keep)))
+    return indices[keep] - shard.start, kept_before[offsets - offsets[0]].astype(np.int64)
 
 
 def _trace_from_statistics(table: Table, batch_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,146 @@
+"""Shards of a table: column ranges (column-wise) and row ranges (row-wise).
+
+A column-wise split cuts a table into k shards of equal width, k a power of two and each width a
+multiple of 4 (fbgemm's rule). A column shard keeps its table's rows, pooling factor and access
+histogram: every lookup still reads a row, only a narrower slice of it. A row-wise split cuts the
+rows into k nearly equal ranges; a row shard has the lookups that fall in its rows, taken from
+the table's trace (or, for a table known only by statistics, its share of them), and its own
+histogram. An unsplit table is one shard: itself.
+
+A shard is a `Table` like any other (features, costs, memory and planners need nothing else),
+named `name[c0:c1]` or `name[r0:r1]`, whose `shard` field says what it is cut from. Its `trace`
+is its table's: measuring a shard reads its table's trace and keeps its columns or rows
+(`tables.traces.trace_for`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dreamshard.errors import DreamshardError
+from dreamshard.tables.table import NUM_BINS, ShardRange, Table, access_histogram
+from dreamshard.tables.traces import trace_for
+
+SPLIT_KINDS = ("column", "row")
+
+
+@dataclass(frozen=True)
+class Split:
+    """Cut table `table` into `parts` shards along `kind` ("column" or "row")."""
+
+    table: str
+    kind: str
+    parts: int
+
+
+def split_problem(table: Table, kind: str, parts: int) -> str | None:
+    """Why `table` cannot be split `kind`-wise into `parts` shards, or None when it can."""
+    if table.shard is not None:
+        return f"table {table.name} is already a shard"
+    if kind not in SPLIT_KINDS:
+        return f"unknown split kind {kind!r}; choose column or row"
+    if parts < 1:
+        return f"table {table.name}: parts must be positive, got {parts}"
+    if kind == "column":
+        if parts & (parts - 1):
+            return f"table {table.name}: column-wise parts must be a power of two, got {parts}"
+        if table.dim % (4 * parts):
+            return (
+                f"table {table.name}: dim {table.dim} does not split into {parts} column shards "
+                "whose widths are multiples of 4"
+            )
+    elif parts > table.rows:
+        return f"table {table.name}: {table.rows} rows do not split into {parts} row shards"
+    return None
+
+
+def max_column_parts(table: Table, limit: int) -> int:
+    """The most column shards `table` splits into, at most `limit` (a power of two)."""
+    parts = 1
+    while parts * 2 <= limit and table.dim % (8 * parts) == 0:
+        parts *= 2
+    return parts
+
+
+def split_table(table: Table, kind: str, parts: int) -> tuple[Table, ...]:
+    """The shards of `table` (itself when parts is 1); DreamshardError if it cannot be split so."""
+    problem = split_problem(table, kind, parts)
+    if problem:
+        raise DreamshardError(problem)
+    if parts == 1:
+        return (table,)
+    if kind == "column":
+        width = table.dim // parts
+        return tuple(
+            replace(
+                table,
+                name=f"{table.name}[c{c}:{c + width}]",
+                dim=width,
+                shard=ShardRange(table.name, "column", c, c + width, table.dim),
+            )
+            for c in range(0, table.dim, width)
+        )
+    return _row_shards(table, parts)
+
+
+def row_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
+    """`parts` contiguous row ranges of nearly equal length (the first ones one row longer)."""
+    edges = [rows * k // parts for k in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
+    shards = []
+    stats = _row_statistics(table, parts)
+    for (r0, r1), (pooling, histogram) in zip(row_bounds(table.rows, parts), stats):
+        shards.append(
+            replace(
+                table,
+                name=f"{table.name}[r{r0}:{r1}]",
+                rows=r1 - r0,
+                pooling_factor=pooling,
+                histogram=histogram,
+                shard=ShardRange(table.name, "row", r0, r1, table.rows),
+            )
+        )
+    return tuple(shards)
+
+
+def _row_statistics(table: Table, parts: int) -> list[tuple[float, tuple[float, ...]]]:
+    """Each row range's pooling factor and histogram: from the table's trace when it has one,
+    else its share of the lookups (rows in proportion) with the table's histogram."""
+    bounds = row_bounds(table.rows, parts)
+    if table.trace is None:
+        share = table.pooling_factor / table.rows
+        return [(share * (r1 - r0), table.histogram) for r0, r1 in bounds]
+    indices, batch = _trace_indices(table)
+    stats = []
+    for r0, r1 in bounds:
+        inside = indices[(indices >= r0) & (indices < r1)]
+        if inside.size == 0:  # no lookup fell here: one, so that the shard stays a valid table
+            stats.append((1.0 / batch, (1.0,) + (0.0,) * (NUM_BINS - 1)))
+        else:
+            stats.append((inside.size / batch, access_histogram(inside)))
+    return stats
+
+
+def _trace_indices(table: Table) -> tuple[np.ndarray, int]:
+    indices, offsets = trace_for(table, table.trace.batch_size)
+    return np.asarray(indices), len(offsets) - 1
+
+
+def validate_splits(tables: tuple[Table, ...] | list[Table], splits: tuple[Split, ...]) -> None:
+    """DreamshardError unless every split names a distinct table of `tables` and is possible."""
+    by_name = {t.name: t for t in tables}
+    seen = set()
+    for split in splits:
+        if split.table not in by_name:
+            raise DreamshardError(f"a split names unknown table {split.table!r}")
+        if split.table in seen:
+            raise DreamshardError(f"table {split.table} is split twice")
+        seen.add(split.table)
+        problem = split_problem(by_name[split.table], split.kind, split.parts)
+        if problem:
+            raise DreamshardError(problem)
