@@ -5,13 +5,14 @@ from __future__ import annotations
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 
-BACKENDS = ("fbgemm", "simulated")
+BACKENDS = ("fbgemm", "simulated", "dmp")
 
 
 def make_backend(
     name: str, iterations: int | None = None, launcher: str = "inprocess", topology: str = "auto"
 ) -> CostBackend:
-    """`fbgemm` (real kernels on this host) or `simulated` (the calibrated analytic model)."""
+    """`fbgemm` (real kernels on this host), `simulated` (the calibrated analytic model) or
+    `dmp` (real TorchRec training steps under torchrun; `iterations` sets its timed steps)."""
     if name == "fbgemm":
         from dreamshard.costs.fbgemm import FbgemmBackend
         from gpu_tasks.tbe import TimingConfig
@@ -22,6 +23,10 @@ def make_backend(
         from dreamshard.costs.simulated import SimulatedBackend
 
         return SimulatedBackend(topology="cpu-gloo" if topology == "auto" else topology)
+    if name == "dmp":
+        from dreamshard.costs.dmp import DmpBackend, StepConfig
+
+        return DmpBackend(StepConfig(steps=iterations) if iterations else StepConfig())
     raise DreamshardError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -45,5 +50,17 @@ def describe_costs(config: dict) -> str:
         return (
             "simulated backend (not measured): the analytic cost model fitted to fbgemm CPU "
             f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
+        )
+    if name == "dmp":
+        device = config.get("device", "?")
+        steps = config.get("steps", {})
+        precision = "fp16" if device == "cuda" else "fp32"
+        group = "NCCL" if device == "cuda" else "gloo"
+        return (
+            f"dmp backend (measured): real TorchRec training steps (DistributedModelParallel, "
+            f"fused kernels and optimizer, dense tower, all-to-alls) under torchrun, one rank "
+            f"per device on {device} ({group}), {precision} weights; the slowest rank's median "
+            f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up, the "
+            "whole step in fwd_comp (not split into terms)"
         )
     return f"{name} backend"

@@ -28,7 +28,7 @@ from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 
 LOCK_ENV = "DREAMSHARD_MEASURE_LOCK"
-HOST_BACKENDS = ("fbgemm",)  # backends that time real kernels; `simulated` times nothing
+HOST_BACKENDS = ("fbgemm", "dmp")  # backends that time real kernels; `simulated` times nothing
 
 
 def host_name() -> str:

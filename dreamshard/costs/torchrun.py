@@ -25,7 +25,11 @@ QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEME
 
 
 class TorchrunError(DreamshardError):
-    """A torchrun program failed, timed out or wrote no result."""
+    """A torchrun program failed, timed out or wrote no result; `stderr` keeps its output."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
 
 
 def torchrun(
@@ -74,7 +78,9 @@ def torchrun(
         _stop_group(proc)
         raise
     if proc.returncode != 0:
-        raise TorchrunError(f"torchrun exited with {proc.returncode}: {first_error(stderr)}")
+        raise TorchrunError(
+            f"torchrun exited with {proc.returncode}: {first_error(stderr)}", stderr
+        )
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
@@ -97,7 +103,9 @@ def run_job(
         program = ["-m", module, "--job", str(job_path), "--out", str(out_path)]
         done = torchrun(program, nprocs, timeout_s=timeout_s, threads=threads, env=env)
         if not out_path.exists():
-            raise TorchrunError(f"{module} wrote no result: {first_error(done.stderr)}")
+            raise TorchrunError(
+                f"{module} wrote no result: {first_error(done.stderr)}", done.stderr
+            )
         return json.loads(out_path.read_text())
 
 
@@ -121,7 +129,7 @@ def first_error(stderr: str) -> str:
     torchrun's own report (ChildFailedError, its `E1201 ...` log lines) only says that a rank
     failed, so it is passed over for the rank's words.
     """
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line.strip() for line in stderr.splitlines() if re.search(r"[A-Za-z]", line)]
     ranks = [x for x in lines if "ChildFailedError" not in x and not re.match(r"[EWI]\d{4} ", x)]
     named = [x for x in ranks if re.search(r"\w+(Error|Exception|Failure)\b:", x)]
     python = [x for x in ranks if re.search(r"python[\d.]*: ", x)]  # "python: No module named"

@@ -1,0 +1,208 @@
+"""The end-to-end backend, `dmp`: a placement's cost as real TorchRec training steps.
+
+The task's tables become one `EmbeddingBagCollection` of a small training model (a dense tower
+and a loss on top), sharded by the placement's plan with TorchRec's `DistributedModelParallel`
+and trained under torchrun, one process per device (gloo on the CPU, NCCL on GPUs): forward,
+all-to-alls, backward with the fused optimizer, the dense optimizer. Each rank times its steps
+after a warm-up (`gpu_tasks/dmp_step.py`); the cost is the slowest rank's median step.
+
+A step is not split into DreamShard's four terms: a rank's whole median step is recorded as its
+`fwd_comp`, the other three terms are 0 and `info["terms"]` says so (communication is measured,
+inside the step). Several plans of one task are measured in one launch by `measure_plans`, in
+interleaved rounds (plans in a fresh order each round), and TorchRec's own plans, which may be
+data-parallel and so not a `Placement`, are measured the same way from their JSON form.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from dreamshard.costs.fbgemm import MeasurementError, available_memory_bytes
+from dreamshard.costs.host_lock import host_lock
+from dreamshard.costs.torchrun import TorchrunError, run_job
+from dreamshard.costs.types import DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
+from dreamshard.placement.plan_file import plan_to_dict
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.report import format_bytes
+from dreamshard.tables.sources import table_to_dict
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
+
+PROGRAM = "gpu_tasks.dmp_step"
+STEP_TERMS = "step"  # info["terms"]: the whole step sits in fwd_comp
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """How the training steps are run and timed (part of a measurement's identity)."""
+
+    warmup: int = 5  # steps before timing, every time a plan's turn comes
+    steps: int = 20  # timed steps per turn; the median is kept
+    optimizer: str = "EXACT_SGD"  # the fused embedding optimizer (fbgemm's EmbOptimType name)
+    learning_rate: float = 0.01
+    hidden: int = 64  # width of the dense tower's hidden layer
+    threads: int = 1  # per rank, on the CPU
+    device: str = "auto"  # "auto": CUDA when present (one GPU per rank), else the CPU
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DmpRun:
+    """Step times of several plans of one task, measured in interleaved rounds in one launch."""
+
+    step_ms: np.ndarray  # [ranks, rounds, plans]: each rank's median step of each turn
+    cv: np.ndarray  # [ranks, rounds, plans]: spread of the timed steps of each turn
+    losses: list  # per plan, per rank: [loss after the first warm-up, loss at the end]
+    sharding_types: list[list[str]]  # per plan
+    process_group: str
+    batch: int  # the global batch (per rank: batch // ranks)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def overall(self) -> np.ndarray:
+        """[rounds, plans]: the slowest rank's median step."""
+        return self.step_ms.max(axis=0)
+
+    def placement_cost(self, round_: int, plan: int) -> PlacementCost:
+        devices = tuple(
+            DeviceCost(
+                float(self.step_ms[r, round_, plan]), 0.0, 0.0, 0.0, float(self.cv[r, round_, plan])
+            )
+            for r in range(self.step_ms.shape[0])
+        )
+        info = {
+            "terms": STEP_TERMS,
+            "batch": self.batch,
+            "process_group": self.process_group,
+            "sharding_types": self.sharding_types[plan],
+            **self.info,
+        }
+        return PlacementCost(devices, DmpBackend.name, "measured", info)
+
+
+@dataclass
+class DmpBackend:
+    steps: StepConfig = field(default_factory=StepConfig)
+    batch_size: int = DEFAULT_BATCH  # the global batch for tables without a trace
+    retries: int = 1
+    timeout_s: float = 3600.0
+    name: str = field(default="dmp", init=False)
+
+    def device_kind(self) -> str:
+        if self.steps.device != "auto":
+            return self.steps.device
+        import torch  # only to ask whether CUDA is here
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def config(self) -> dict:
+        return {
+            "backend": self.name,
+            "device": self.device_kind(),
+            "launcher": "torchrun",
+            "topology": "measured",
+            "steps": asdict(self.steps),
+        }
+
+    def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
+        return self.measure_plans(task, [placement], rounds=1).placement_cost(0, 0)
+
+    def measure_plans(
+        self, task: PlacementTask, plans: Sequence[Placement | dict], rounds: int = 1
+    ) -> DmpRun:
+        """Every plan (a `Placement` of the task, or a TorchRec plan in its JSON form,
+        `integrations.torchrec_export`) trained under DMP, in `rounds` interleaved rounds."""
+        task.validate()
+        entries = [self._plan_entry(task, plan) for plan in plans]
+        self._check_host(task, len(entries))
+        batch = table_batch_size(task.tables, self.batch_size)
+        if batch < task.num_devices:
+            raise DreamshardError(
+                f"a batch of {batch} cannot be split over {task.num_devices} ranks"
+            )
+        job = {
+            "tables": [table_to_dict(t) for t in task.tables],
+            "plans": entries,
+            "global_batch": batch,
+            "rounds": rounds,
+            **asdict(self.steps),
+        }
+        with host_lock():  # one measurement at a time on this host (costs/host_lock.py)
+            started = time.time()
+            result = self._run(job, task.num_devices)
+            finished = time.time()
+        ranks = result["ranks"]
+        return DmpRun(
+            step_ms=np.array([r["step_ms"] for r in ranks]),
+            cv=np.array([r["cv"] for r in ranks]),
+            losses=[[r["loss"][p] for r in ranks] for p in range(len(entries))],
+            sharding_types=ranks[0]["sharding_types"],
+            process_group=result["backend"],
+            batch=batch,
+            info={"started": started, "finished": finished, "device": ranks[0]["device"]},
+        )
+
+    def _plan_entry(self, task: PlacementTask, plan: Placement | dict) -> dict:
+        if isinstance(plan, Placement):
+            check_legal(task, plan)
+            return {"kind": "dreamshard", "plan": plan_to_dict(task, plan)}
+        if not isinstance(plan, dict) or "plan" not in plan:
+            raise DreamshardError("a plan to measure is a Placement or a TorchRec plan's JSON form")
+        return {"kind": "torchrec", "plan": plan}
+
+    def _check_host(self, task: PlacementTask, plans: int) -> None:
+        """One clear line when this host cannot run the ranks or hold the models."""
+        if importlib.util.find_spec("torchrec") is None:
+            raise DreamshardError(
+                "the dmp backend needs torchrec: run `make torchrec` (docs/torchrec.md)"
+            )
+        ranks = task.num_devices
+        if self.device_kind() == "cuda":
+            import torch
+
+            if ranks > torch.cuda.device_count():
+                raise DreamshardError(
+                    f"the dmp backend runs one rank per GPU: {ranks} devices asked, "
+                    f"{torch.cuda.device_count()} GPUs here"
+                )
+            return
+        cores = host_cores()
+        if ranks > cores:
+            raise DreamshardError(
+                f"the dmp backend runs one process per device: {ranks} devices on {cores} CPU "
+                "cores would share cores and time nothing real; use at most "
+                f"{cores} devices here, or a host with {ranks} GPUs"
+            )
+        needed = plans * sum(t.rows * t.dim * 4 for t in task.tables) * 2  # weights, with slack
+        free = available_memory_bytes()
+        if needed > 0.8 * free:
+            raise DreamshardError(
+                f"training {plans} plan(s) of these tables under DMP needs about "
+                f"{format_bytes(needed)} of host memory; only {format_bytes(free)} is available"
+            )
+
+    def _run(self, job: dict, ranks: int) -> dict:
+        for attempt in range(self.retries + 1):
+            try:
+                return run_job(
+                    PROGRAM, ranks, job, timeout_s=self.timeout_s, threads=self.steps.threads
+                )
+            except TorchrunError as exc:
+                if attempt == self.retries:
+                    raise MeasurementError(str(exc)) from exc
+                print(f"dreamshard: DMP measurement failed ({exc}); retrying", file=sys.stderr)
+        raise AssertionError("unreachable")
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
