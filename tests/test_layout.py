@@ -159,3 +159,38 @@ def test_old_module_paths_still_import_with_a_warning():
     from dreamshard.synthetic import generate_tables
 
     assert len(generate_tables("dlrm", 3, seed=0)) == 3
+
+
+GPU_TASKS = PACKAGE.parent / "gpu_tasks"
+# What the measurement programs may import from dreamshard: the tables and atomic files. The
+# DMP program is a TorchRec training program, at the top of the stack as a user's would be:
+# it also turns plans into ShardingPlans with the library's one conversion. Nothing imports it.
+GPU_TASKS_MAY_IMPORT = ("dreamshard.files", "dreamshard.tables")
+PROGRAMS_MAY_IMPORT = {
+    "dmp_step.py": ("dreamshard.placement", "dreamshard.integrations.torchrec_export"),
+}
+
+
+def absolute_imports(path: Path) -> set[str]:
+    """Every module named by an absolute import in the file, function-local ones included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_measurement_programs_import_only_tables_and_files():
+    for path in GPU_TASKS.glob("*.py"):
+        allowed = GPU_TASKS_MAY_IMPORT + PROGRAMS_MAY_IMPORT.get(path.name, ())
+        for name in absolute_imports(path):
+            if name.split(".")[0] == "dreamshard":
+                assert any(name == a or name.startswith(a + ".") for a in allowed), (path, name)
+
+
+def test_no_module_imports_the_dmp_program():
+    for root in ("dreamshard", "gpu_tasks", "flows", "benchmarks", "dashboard"):
+        for path in (PACKAGE.parent / root).rglob("*.py"):
+            assert "gpu_tasks.dmp_step" not in absolute_imports(path), path
