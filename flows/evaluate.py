@@ -5,6 +5,9 @@ Planners: random, the four heuristics, the candidate model and the current champ
 (`dreamshard.evaluation.refine`; it never counts as the candidate's own). The
 candidate becomes `champion` (in both registered models) only when its measured cost beats the
 champion's on these tasks (paired geometric mean ratio below 1); otherwise it is `candidate`.
+With `eval_backend` (for example "dmp": real TorchRec training steps, `costs/dmp.py`), the
+placements are measured, and the promotion decided, on that backend instead of the one the
+models were trained on.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def evaluate_models(
     parent_run_id: str | None = None,
     refine_backend: str | None = None,
     refine_seconds: float = REFINE_SECONDS,
+    eval_backend: str | None = None,
 ) -> dict:
     """Measure every planner on `tasks` held-out tasks in `rounds` interleaved rounds.
 
@@ -96,8 +100,11 @@ def evaluate_models(
     `candidate` alias). `refine_backend` ("fbgemm", "simulated"): add the row
     `candidate_refined`, each task's placement refined on that backend for `refine_seconds`
     (placing time, reported as plan ms); the evaluation's rounds re-measure it like any other.
-    Promotion compares the plain candidate only. Returns the summary and the decision.
+    Promotion compares the plain candidate only. `eval_backend` measures the evaluation
+    (default: `backend`, whose costs the models were trained on). Returns the summary and the
+    decision.
     """
+    eval_backend = eval_backend or backend
     folder = work_dir(suite, out)
     dataset = str(folder / "costs.sqlite")
     if candidate is None:
@@ -108,6 +115,7 @@ def evaluate_models(
     params = {
         "suite": suite,
         "backend": backend,
+        "eval_backend": eval_backend,
         "tasks": tasks,
         "rounds": rounds,
         "samples": samples,
@@ -131,12 +139,12 @@ def evaluate_models(
         test_tasks = make_suite(spec).test_tasks
 
         def measure(job: Job):
-            return measure_job(job, backend, dataset, suite)[0]
+            return measure_job(job, eval_backend, dataset, suite)[0]
 
         evaluation = evaluate(
             test_tasks,
             planners,
-            backend_for(backend),
+            backend_for(eval_backend),
             CostDataset(dataset),
             rounds,
             suite,
@@ -151,7 +159,7 @@ def evaluate_models(
         figures = {
             "eval.suite": suite,
             "eval.tasks": len(test_tasks),
-            "eval.backend": backend,
+            "eval.backend": eval_backend,
             "eval.vs_strongest_heuristic": f"{mine['vs_strongest_heuristic']:.4f}",
             "eval.vs_per_task_best_heuristic": f"{mine['vs_per_task_best_heuristic']:.4f}",
             "eval.costs": evaluation.costs_made,
@@ -175,7 +183,8 @@ def evaluate_models(
         )
         mlflow.log_dict(evaluation.to_dict(), "evaluation.json")
         mlflow.log_figure(ratio_figure(evaluation), "ratios.html")
-        mlflow.log_dict({"rows": predictions(evaluation, candidate_model)}, "predictions.json")
+        if eval_backend == backend:  # the cost network predicts costs of the backend it learnt
+            mlflow.log_dict({"rows": predictions(evaluation, candidate_model)}, "predictions.json")
         header, rows = summary_table(evaluation)
         table = markdown_table(header, rows)
         verdict = f"candidate version {candidate['policy']} is now **{alias}**" + (
@@ -184,7 +193,7 @@ def evaluate_models(
         publish(
             f"evaluate-{suite}",
             f"Evaluation on {len(test_tasks)} held-out {suite} tasks, "
-            f"{rounds} interleaved rounds, {backend}",
+            f"{rounds} interleaved rounds, {eval_backend}",
             f"{table}\n\n{evaluation_note(evaluation)}\n\n{verdict}",
         )
     return {

@@ -36,8 +36,13 @@ def pipeline(
     rounds: int = 3,
     seed: int = 0,
     out: str | None = None,
+    eval_backend: str | None = None,
 ) -> dict:
-    """The four flows in a row, each an MLflow run nested under this one."""
+    """The four flows in a row, each an MLflow run nested under this one.
+
+    `backend` measures what the models learn from; `eval_backend` (default: the same) measures
+    the evaluation, for example "dmp" for real TorchRec training steps.
+    """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
         parent = run.info.run_id
@@ -57,7 +62,14 @@ def pipeline(
             parent_run_id=parent,
         )
         result = evaluate_models(
-            suite, backend, versions, eval_tasks, rounds, out=out, parent_run_id=parent
+            suite,
+            backend,
+            versions,
+            eval_tasks,
+            rounds,
+            out=out,
+            parent_run_id=parent,
+            eval_backend=eval_backend,
         )
     return {**result, "run_id": parent, "work_dir": str(work_dir(suite, out))}
 

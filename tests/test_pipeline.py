@@ -292,3 +292,23 @@ def test_the_evaluate_flow_adds_a_refined_row_on_request(first_run, tmp_path):
     assert refined["tasks_placed"] == 2 and refined["picked"]  # which candidates won, by name
     # exact costs: refinement leaves the candidate's own pick only for a cheaper placement
     assert refined["mean_cost_ms"] <= plain["mean_cost_ms"]
+
+
+def test_the_evaluate_flow_measures_on_its_eval_backend(first_run, tmp_path):
+    from flows.evaluate import evaluate_models
+
+    # the models learnt simulated costs; the evaluation times real kernels (as `dmp` would)
+    result = evaluate_models(
+        suite=TINY["suite"],
+        backend="simulated",
+        candidate=first_run["candidate"],
+        tasks=1,
+        rounds=1,
+        out=str(tmp_path),
+        eval_backend="fbgemm",
+    )
+    assert "fbgemm backend (measured)" in result["note"]
+    with sqlite3.connect(tmp_path / "costs.sqlite") as db:
+        backends = {r[0] for r in db.execute("SELECT DISTINCT backend FROM measurements")}
+    assert backends == {"fbgemm"}
+    assert all(row["mean_cost_ms"] > 0 for row in result["summary"])
