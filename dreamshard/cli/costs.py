@@ -26,11 +26,11 @@ def format_cost(cost: PlacementCost, config: dict) -> str:
     ]
     slowest = max(range(len(cost.devices)), key=lambda d: cost.devices[d].total)
     where = config.get("device", "")
-    source = (
-        "simulated: an analytic model calibrated on real fbgemm measurements, not a measurement"
-        if cost.backend == "simulated"
-        else f"measured with fbgemm on {where}"
-    )
+    source = {
+        "simulated": "simulated: an analytic model calibrated on real fbgemm measurements, "
+        "not a measurement",
+        "dmp": f"real TorchRec training steps (DMP) on {where}, the whole step in fwd_comp",
+    }.get(cost.backend, f"measured with fbgemm on {where}")
     comm = cost.comm + (f" ({cost.info['topology']} topology)" if cost.comm == "modeled" else "")
     return "\n".join(
         [
@@ -111,7 +111,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
         choices=BACKENDS,
         default="fbgemm",
         help="fbgemm: real kernels on this host (default); simulated: the "
-        "calibrated analytic model",
+        "calibrated analytic model; dmp: real TorchRec training steps (one process per device)",
     )
     parser.add_argument(
         "--iterations", type=positive(int), help="timed iterations per device (default 15)"
