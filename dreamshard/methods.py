@@ -11,8 +11,10 @@ from pathlib import Path
 
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.model_file import DreamShardModel, load_model
-from dreamshard.placement.heuristics import PLANNERS, Planner
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, Planner
+from dreamshard.placement.splitting import SPLIT_MODES, balance_splits, memory_splits, split_place
 from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.shards import Split
 
 SEARCHES = ("search_analytic",)  # local search on the calibrated analytic cost model
 LEARNED = ("dreamshard", "dreamshard_search", "rnn")  # planners that need a trained model
@@ -22,7 +24,12 @@ MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
 
 
 def place(
-    task: PlacementTask, method: str = "size_lookup", seed: int = 0, model=None, samples: int = 8
+    task: PlacementTask,
+    method: str = "size_lookup",
+    seed: int = 0,
+    model=None,
+    samples: int = 8,
+    split: str = "auto",
 ) -> Placement:
     """Place a task's tables with a named planner; always legal, else InfeasibleError.
 
@@ -31,10 +38,27 @@ def place(
     refined by local search on the cost network); `rnn` needs an RnnPlacer or its file
     (`dreamshard train-rnn`) instead. `torchrec` runs TorchRec's planner (optional package) and
     raises DreamshardError when TorchRec rejects the task.
+
+    `split="auto"` lets the planner split tables (`placement.splitting`): every planner splits
+    a table no device holds whole; the heuristics also halve a table whose key exceeds the mean
+    device load, and `dreamshard`, `dreamshard_search` and `search_analytic` pick the splits
+    their cost model rates cheapest. `split="none"` places whole tables, as the paper does.
     """
     if method not in METHODS:
         raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if split not in SPLIT_MODES:
+        raise DreamshardError(
+            f"unknown split mode {split!r}; choose one of {', '.join(SPLIT_MODES)}"
+        )
     task.validate()
+    if split == "auto" and method != "torchrec":  # TorchRec's planner decides its own splits
+        if method in LEARNED and method != "rnn":
+            model = resolve_model(model)
+        splits = planner_splits(task, method, model)
+        if splits:
+            return split_place(
+                task, splits, lambda shards: place(shards, method, seed, model, samples, "none")
+            )
     # The learned and external planners import torch models or TorchRec: loaded on first use
     # so that `dreamshard place --method lookup` and `import dreamshard` stay quick.
     if method == "dreamshard":
@@ -60,12 +84,28 @@ def place(
     return PLANNERS[method](task, seed)
 
 
-def named_planner(method: str, model=None, samples: int = 8) -> Planner:
+def planner_splits(task: PlacementTask, method: str, model=None) -> tuple[Split, ...]:
+    """The tables `method` splits under `--split auto` (see `place`)."""
+    if method in HEURISTIC_KEYS:
+        return balance_splits(task, HEURISTIC_KEYS[method], memory_splits(task))
+    if method in ("dreamshard", "dreamshard_search"):
+        from dreamshard.planners.dreamshard_planner import dreamshard_splits  # torch: on use
+
+        return dreamshard_splits(task, model)
+    if method == "search_analytic":
+        from dreamshard.planners.search import analytic_splits
+
+        return analytic_splits(task)
+    return memory_splits(task)  # random and rnn split only what memory forces
+
+
+def named_planner(method: str, model=None, samples: int = 8, split: str = "none") -> Planner:
     """A named method as a planner `(task, seed) -> Placement`, for `evaluate` and the
-    benchmarks (the model resolved once, not once per task)."""
+    benchmarks (the model resolved once, not once per task). They compare whole-table plans,
+    as the paper does, unless given `split="auto"`."""
     if method in LEARNED:
         model = resolve_model(model) if method != "rnn" else model
-    return lambda task, seed: place(task, method, seed, model=model, samples=samples)
+    return lambda task, seed: place(task, method, seed, model=model, samples=samples, split=split)
 
 
 def resolve_model(model: DreamShardModel | str | Path | None) -> DreamShardModel:

@@ -54,11 +54,40 @@ def test_generate_show_place(cli, tmp_path):
     plan = json.loads(plan_path.read_text())
     assert plan["method"] == "lookup" and plan["num_devices"] == 4
     assert plan["memory_cap_bytes"] == 2**30
-    assert sorted(plan["placement"]) == [f"t{i:04d}" for i in range(30)]
-    assert sum(len(d["tables"]) for d in plan["devices"]) == 30
+    # --split auto (the default): each table is placed whole or as its shards
+    split = {s["table"]: s for s in plan["splits"]}
+    assert split and all(s["kind"] == "column" for s in split.values())
+    names = [f"t{i:04d}" for i in range(30)]
+    expected = [n for n in names if n not in split] + [
+        shard for n in split for shard in plan["placement"] if shard.startswith(f"{n}[c")
+    ]
+    assert sorted(plan["placement"]) == sorted(expected)
+    assert all(
+        sum(s.startswith(f"{n}[c") for s in plan["placement"]) == split[n]["parts"] for n in split
+    )
+    assert sum(len(d["tables"]) for d in plan["devices"]) == len(plan["placement"])
     assert all(d["memory_bytes"] <= 2**30 for d in plan["devices"])
+    assert "split: " in result.stdout
     task = PlacementTask(tuple(load_tables(tables)), 4, 2**30, "fp16")
     assert is_legal(task, placement_from_plan(task, read_plan(plan_path)))
+
+    whole = cli(
+        "place",
+        "--tables",
+        str(tables),
+        "--devices",
+        "4",
+        "--mem-gb",
+        "1",
+        "--method",
+        "lookup",
+        "--split",
+        "none",
+        "--out",
+        str(plan_path),
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert sorted(json.loads(plan_path.read_text())["placement"]) == names
 
 
 def test_place_from_csv_spec_with_fp32(cli, tmp_path):
@@ -75,6 +104,8 @@ def test_place_from_csv_spec_with_fp32(cli, tmp_path):
         "0.25",
         "--precision",
         "fp32",
+        "--split",
+        "none",
         "--out",
         str(plan_path),
     )
@@ -132,7 +163,11 @@ GOOD = "name,rows,dim,pooling_factor\na,2000,16,2\nb,2000,16,4\nc,2000,16,1\n"  
         (GOOD, ["--mem-gb", "0"], "must be positive"),
         (GOOD, ["--mem-gb", "-1"], "must be positive"),
         (GOOD, ["--devices", "2", "--mem-gb", "0.00007"], "in total"),
-        ("name,rows,dim,pooling_factor\na,100000000,128,1\nb,10,4,1\n", [], "more than one device"),
+        (
+            "name,rows,dim,pooling_factor\na,100000000,128,1\nb,10,4,1\n",
+            ["--split", "none"],
+            "more than one device",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_plan(cli, tmp_path, content, args, words):

@@ -50,7 +50,7 @@ def test_the_milp_finds_the_brute_force_optimum_within_memory(task, raw_costs):
 def test_no_planner_beats_the_milp_or_a_lower_bound_on_its_additive_cost(task, seed):
     if not legal_placement_exists(task):
         return
-    placements = {method: place(task, method, seed) for method in PLANNERS}
+    placements = {method: place(task, method, seed, split="none") for method in PLANNERS}
     for key in ("dim", "size", "lookup", "size_lookup"):
         table_costs = heuristic_keys(task, key)
         result = solve_milp(task, table_costs, rel_gap=0.0)
@@ -81,7 +81,7 @@ def test_a_larger_task_reports_its_time_limit_and_gap():
     # the bound is a bound: no legal placement, whoever made it, beats it
     for method in PLANNERS:
         for seed in range(3):
-            value = additive_makespan(table_costs, place(task, method, seed), 4)
+            value = additive_makespan(table_costs, place(task, method, seed, split="none"), 4)
             assert result.bound <= value * (1 + 1e-9)
     if result.status == "optimal":
         assert result.gap <= 1e-4  # HiGHS's default relative gap

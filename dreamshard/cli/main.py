@@ -18,7 +18,8 @@ from dreamshard.costs.backends import BACKENDS
 from dreamshard.errors import DreamshardError
 from dreamshard.methods import METHODS, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
-from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory
+from dreamshard.placement.splitting import SPLIT_MODES
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory, shard_view
 from dreamshard.report import format_table
 from dreamshard.tables.table import BYTES_PER_WEIGHT
 
@@ -60,7 +61,8 @@ def cmd_suite_show(args: argparse.Namespace) -> None:
 
 
 def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]:
-    """Per device: tables, memory used and cap share, and each heuristic key's sum."""
+    """Per device: tables (shards), memory used and cap share, and each heuristic key's sum."""
+    task, placement = shard_view(task, placement)
     used = device_memory(task, placement)
     keys = {name: heuristic_keys(task, name) for name in HEURISTIC_KEYS}
     devices = np.asarray(placement.devices)
@@ -99,7 +101,9 @@ def cmd_place(args: argparse.Namespace) -> None:
         refinement = refine_placement(task, args, model)
         placement = refinement.placement
     else:
-        placement = place(task, args.method, args.seed, model=model, samples=args.samples)
+        placement = place(
+            task, args.method, args.seed, model=model, samples=args.samples, split=args.split
+        )
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
@@ -116,6 +120,8 @@ def cmd_place(args: argparse.Namespace) -> None:
     elif placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         print(f"chosen by the cost network: {placement.candidate}{named}")
+    for split in placement.splits:
+        print(f"split: {split.table} {split.kind}-wise into {split.parts} shards")
     if note:
         print(f"note: {note}; the heuristics are among the candidates", file=sys.stderr)
     print(format_table(headers, device_rows(task, placement)))
@@ -140,7 +146,9 @@ def refine_placement(task: PlacementTask, args: argparse.Namespace, model):
 
     seconds = args.refine_seconds or REFINE_SECONDS
     backend = make_backend(args.refine)
-    return refine(task, args.method, backend, seconds, model, args.samples, args.seed)
+    return refine(
+        task, args.method, backend, seconds, model, args.samples, args.seed, split=args.split
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -241,6 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(BYTES_PER_WEIGHT),
         default="fp16",
         help="weight precision for memory (default fp16, as in the paper)",
+    )
+    pl.add_argument(
+        "--split",
+        choices=list(SPLIT_MODES),
+        default="auto",
+        help="auto (default): planners may split tables column-wise (equal widths) or, when a "
+        "table fits no device, row-wise; the heuristics halve a table whose key exceeds the "
+        "mean device load, dreamshard lets its cost network choose; none: whole tables only, "
+        "as in the paper",
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument(

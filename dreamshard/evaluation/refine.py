@@ -28,10 +28,10 @@ from dreamshard.evaluation.rounds import (
     measure_interleaved,
     paired_ratios,
 )
-from dreamshard.methods import place, resolve_model
+from dreamshard.methods import place, planner_splits, resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, Planner, greedy_place
 from dreamshard.placement.plan_file import MeasuredCandidateRecord, RefinementRecord
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.planners.dreamshard_planner import predicted_overall, ranked_candidates
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
@@ -134,27 +134,33 @@ def candidates_to_measure(
     samples: int = 8,
     seed: int = 0,
     top: int = TOP,
+    split: str = "auto",
 ) -> list[tuple[str, Placement, float | None]]:
     """(name, placement, predicted ms): the planner's pick first, then for `dreamshard` its
-    next `top - 1` by the cost network, then each heuristic's placement; distinct only."""
+    next `top - 1` by the cost network (on the shards it splits the task into under
+    `split="auto"`), then each heuristic's whole-table placement; distinct only."""
     if method == "dreamshard":
         model = resolve_model(model)
-        ranked = [p for p, _ in ranked_candidates(task, model, samples, seed)[:top]]
+        splits = planner_splits(task, method, model) if split == "auto" else ()
+        ranked = [
+            replace(p, splits=splits)
+            for p, _ in ranked_candidates(shard_task(task, splits), model, samples, seed)[:top]
+        ]
     else:
-        ranked = [place(task, method, seed, model=model, samples=samples)]
+        ranked = [place(task, method, seed, model=model, samples=samples, split=split)]
     heuristics = []
     for key in HEURISTIC_KEYS:
         try:
             heuristics.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
         except InfeasibleError:  # its packing search gave up; the others still compete
             continue
-    distinct: dict[tuple[int, ...], Placement] = {}
-    for placement in ranked + heuristics:
-        distinct.setdefault(placement.devices, placement)  # the first of equal placements
+    distinct: dict[tuple, Placement] = {}
+    for placement in ranked + heuristics:  # the first of equal placements
+        distinct.setdefault((placement.splits, placement.devices), placement)
     placements = list(distinct.values())
     predicted: list[float | None] = [None] * len(placements)
     if method == "dreamshard":
-        predicted = predicted_overall(model, task, placements)
+        predicted = [predicted_overall(model, task, [p])[0] for p in placements]
     return [(p.candidate or p.method, p, c) for p, c in zip(placements, predicted)]
 
 
@@ -239,6 +245,7 @@ def refine(
     top: int = TOP,
     min_rounds: int = MIN_ROUNDS,
     max_rounds: int = MAX_ROUNDS,
+    split: str = "auto",
 ) -> Refinement:
     """`method`'s placement of `task` refined by measurement on `backend` for about `seconds`.
 
@@ -249,7 +256,7 @@ def refine(
     if min_rounds < 2 or max_rounds < min_rounds:
         raise DreamshardError(f"refinement needs 2 <= min_rounds <= max_rounds, not {min_rounds}")
     began = time.monotonic()
-    found = candidates_to_measure(task, method, model, samples, seed, top)
+    found = candidates_to_measure(task, method, model, samples, seed, top, split)
     names = [name for name, _, _ in found]
     costs = measure_rounds(
         backend, task, [p for _, p, _ in found], seconds, seed, min_rounds, max_rounds
@@ -270,7 +277,10 @@ def refine(
     chosen = candidates[winner].placement
     refined = chosen.method if chosen.method in PLANNERS else f"{chosen.method}_refined"
     answer = Placement(
-        chosen.devices, refined, f"{names[winner]}; measured on {backend.name}, {len(costs)} rounds"
+        chosen.devices,
+        refined,
+        f"{names[winner]}; measured on {backend.name}, {len(costs)} rounds",
+        chosen.splits,
     )
     return Refinement(
         answer,
@@ -284,10 +294,17 @@ def refine(
 
 
 def refined_planner(
-    method: str, backend: CostBackend, seconds: float, model=None, samples: int = 8
+    method: str,
+    backend: CostBackend,
+    seconds: float,
+    model=None,
+    samples: int = 8,
+    split: str = "none",
 ) -> Planner:
     """`refine` as a planner `(task, seed) -> Placement`, for `evaluate` (the model resolved
     once, not once per task)."""
     if method in ("dreamshard", "dreamshard_search"):
         model = resolve_model(model)
-    return lambda task, seed: refine(task, method, backend, seconds, model, samples, seed).placement
+    return lambda task, seed: (
+        refine(task, method, backend, seconds, model, samples, seed, split=split).placement
+    )

@@ -87,13 +87,19 @@ def reinforce_loss(rollout: Rollout, entropy_weight: float) -> tuple[torch.Tenso
     return loss, reward
 
 
+@torch.no_grad()
+def single_table_costs(costnet: CostNet, features: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+    """(cost encodings, predicted cost of each table alone on a device, scaled) of tables'
+    features: the order the policy places tables in, and the cost key splitting balances."""
+    cost_encoded = costnet.encoder(features)
+    return cost_encoded, costnet.device_costs(cost_encoded).sum(-1).numpy()
+
+
 def table_order(task: PlacementTask, costnet: CostNet):
     """(features, cost encodings, the placing order, its CompletionGuard) of a task's tables:
     descending predicted single-table cost, ties by index."""
     features = torch.from_numpy(feature_matrix(task.tables))
-    with torch.no_grad():
-        cost_encoded = costnet.encoder(features)
-        single = costnet.device_costs(cost_encoded).sum(-1).numpy()
+    cost_encoded, single = single_table_costs(costnet, features)
     order = sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
     return features, cost_encoded, order, CompletionGuard(task, order)
 

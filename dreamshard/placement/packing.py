@@ -31,7 +31,8 @@ def check_capacity(task: PlacementTask) -> None:
     if sizes[largest] > cap:
         raise InfeasibleError(
             f"table {task.tables[largest].name} needs {format_bytes(sizes[largest])}, more than "
-            f"one device's {format_bytes(cap)}; raise the memory per device"
+            f"one device's {format_bytes(cap)}; raise the memory per device, or let the "
+            "planner split it (--split auto)"
         )
     if sizes.sum() > cap * task.num_devices:
         raise InfeasibleError(

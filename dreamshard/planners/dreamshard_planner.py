@@ -21,11 +21,13 @@ from threadpoolctl import threadpool_limits
 from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.learn.policy import Lookahead, fast_rollout, table_order
+from dreamshard.learn.policy import Lookahead, fast_rollout, single_table_costs, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal, placement_task
 from dreamshard.planners.device_search import costnet_model, device_search
+from dreamshard.planners.split_choice import candidate_splits, choose_splits
 from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.shards import Split
 
 
 @torch.no_grad()
@@ -129,6 +131,24 @@ def ranked_candidates(
             scores += predicted_overall(model, task, candidates[-1:])
     order = sorted(range(len(candidates)), key=scores.__getitem__)  # stable: ties keep order
     return [(candidates[i], scores[i]) for i in order]
+
+
+@torch.no_grad()
+@one_thread()
+def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Split, ...]:
+    """The splits the cost network picks for `task`: among `candidate_splits` (the memory
+    splits, and the balance rule under each heuristic's key and under the cost network's own
+    cost of each table alone), the one whose shards the cost network's greedy placement
+    (`costnet_greedy`, else the lookup heuristic) is predicted to run cheapest."""
+    _, single = single_table_costs(model.costnet, torch.from_numpy(feature_matrix(task.tables)))
+    alone = dict(zip((t.name for t in task.tables), single.tolist()))
+    candidates = candidate_splits(task, [lambda t: alone[t.name]])
+
+    def cost(shards: PlacementTask) -> float:
+        found = costnet_greedy(shards, model.costnet) or greedy_place(shards, "lookup")
+        return predicted_overall(model, shards, [found])[0]
+
+    return choose_splits(task, candidates, cost)[0]
 
 
 def episode_name(episode: int) -> str:

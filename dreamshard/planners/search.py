@@ -31,6 +31,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import ranked_candidates
+from dreamshard.planners.split_choice import candidate_splits, choose_splits
 from dreamshard.tables.features import feature_matrix
 
 # Costs of placements of one task, in the order given (lower is better).
@@ -185,6 +186,18 @@ def analytic_scorer(task: PlacementTask, backend: SimulatedBackend | None = None
     the `simulated` backend would report, thousands of placements a second."""
     backend = backend or SimulatedBackend()
     return lambda placements: backend.overall_many(task, placements).tolist()
+
+
+def analytic_splits(task: PlacementTask, backend: SimulatedBackend | None = None) -> tuple:
+    """The splits the analytic model picks: among `candidate_splits`, the one whose shards the
+    best heuristic placement (by that model) runs cheapest."""
+    backend = backend or SimulatedBackend()
+
+    def cost(shards: PlacementTask) -> float:
+        starts = [greedy_place(shards, key) for key in HEURISTIC_KEYS]
+        return float(backend.overall_many(shards, starts).min())
+
+    return choose_splits(task, candidate_splits(task), cost)[0]
 
 
 def search_analytic_place(

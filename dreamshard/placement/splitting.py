@@ -1,0 +1,93 @@
+"""Which tables to split: the rules every planner shares under `--split auto`.
+
+Two reasons to split a table (`tables.shards`):
+
+- **Memory.** A table larger than one device cannot be placed whole. It is halved column-wise
+  until its shards fit, up to as many shards as devices and widths of 4; a table that still
+  fits no device is split row-wise instead, into the fewest even row ranges that fit (at most
+  one per device). `memory_splits` gives these; without them such a task is infeasible.
+- **Balance.** A table whose cost alone exceeds the mean device load bounds every table-wise
+  plan from below: no device can be lighter than the one that holds it. The heuristics'
+  documented rule (`balance_splits`): while the costliest shard's key exceeds the mean device
+  load (the sum of all keys over the devices), halve its table column-wise once more, as long
+  as the table has at most as many shards as devices and widths stay multiples of 4. A column
+  shard keeps its table's rows and lookups, so halving a table halves its dim-based,
+  size-based, lookup-based and size-lookup keys and leaves their sum, the mean load, alone.
+
+`split_place` places a task's shards with any table-wise planner and returns the placement
+with its splits; the planners above decide which splits (`dreamshard` with its cost network).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from dreamshard.errors import InfeasibleError
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
+from dreamshard.report import format_bytes
+from dreamshard.tables.shards import Split, max_column_parts
+from dreamshard.tables.table import Table
+
+SPLIT_MODES = ("none", "auto")
+
+
+def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
+    """The splits without which some table fits no device (see the module's docstring)."""
+    cap, splits = task.memory_cap_bytes, []
+    for table in task.tables:
+        size = table.bytes(task.precision)
+        if size <= cap:
+            continue
+        most = max_column_parts(table, task.num_devices)
+        parts = 1
+        while size / parts > cap and parts < most:
+            parts *= 2
+        if size / parts <= cap:
+            splits.append(Split(table.name, "column", parts))
+            continue
+        rows = math.ceil(size / cap)
+        if rows > task.num_devices or rows > table.rows:
+            raise InfeasibleError(
+                f"table {table.name} needs {format_bytes(size)}: split row-wise over all "
+                f"{task.num_devices} devices it still exceeds one device's {format_bytes(cap)}; "
+                "raise the memory per device or add devices"
+            )
+        splits.append(Split(table.name, "row", rows))
+    return tuple(splits)
+
+
+def balance_splits(
+    task: PlacementTask, key: Callable[[Table], float], start: tuple[Split, ...] = ()
+) -> tuple[Split, ...]:
+    """`start` plus the column halvings of the balance rule under `key` (module docstring)."""
+    splits = {s.table: s for s in start}
+    tables = {t.name: t for t in task.tables}
+    keys = {name: key(t) for name, t in tables.items()}
+    mean = sum(keys.values()) / task.num_devices
+    limit = {name: max_column_parts(t, task.num_devices) for name, t in tables.items()}
+
+    def shard_key(name: str) -> float:
+        split = splits.get(name)
+        return keys[name] / split.parts if split else keys[name]
+
+    def can_halve(name: str) -> bool:
+        split = splits.get(name)
+        return split is None or (split.kind == "column" and split.parts * 2 <= limit[name])
+
+    for name in sorted(tables, key=lambda n: (-keys[n], n)):
+        while shard_key(name) > mean and can_halve(name) and limit[name] > 1:
+            parts = splits[name].parts * 2 if name in splits else 2
+            splits[name] = Split(name, "column", parts)
+    return tuple(splits[t.name] for t in task.tables if t.name in splits)
+
+
+def split_place(
+    task: PlacementTask,
+    splits: tuple[Split, ...],
+    planner: Callable[[PlacementTask], Placement],
+) -> Placement:
+    """`planner`'s placement of the shards of `task` under `splits`, carrying the splits."""
+    placement = planner(shard_task(task, splits))
+    return replace(placement, splits=tuple(splits))
