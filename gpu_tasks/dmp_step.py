@@ -112,14 +112,29 @@ def torchrec_plan_json(entry: dict, tables: list, device: torch.device) -> dict:
 
 
 def build_plan(data: dict):
-    """A ShardingPlan from the JSON form; a data-parallel table gets no sharding spec."""
+    """A ShardingPlan from the JSON form. A data-parallel table (a copy on every rank, no
+    shards) gets no sharding spec, which the export's conversion does not build."""
+    from torchrec.distributed.types import ParameterSharding
+
     from dreamshard.integrations.torchrec_export import sharding_plan_from_dict
 
-    plan = sharding_plan_from_dict(data)
-    for module in plan.plan.values():
-        for sharding in module.values():
-            if not sharding.sharding_spec.shards:
-                sharding.sharding_spec = None
+    replicated = {
+        (path, name): entry
+        for path, module in data["plan"].items()
+        for name, entry in module.items()
+        if not entry["shards"]
+    }
+    sharded = {
+        path: {name: e for name, e in module.items() if (path, name) not in replicated}
+        for path, module in data["plan"].items()
+    }
+    plan = sharding_plan_from_dict({**data, "plan": sharded})
+    for (path, name), entry in replicated.items():
+        plan.plan[path][name] = ParameterSharding(
+            sharding_type=entry["sharding_type"],
+            compute_kernel=entry["compute_kernel"],
+            ranks=list(entry["ranks"]),
+        )
     return plan
 
 

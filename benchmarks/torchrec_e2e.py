@@ -1,0 +1,371 @@
+"""Plans judged by real TorchRec training steps (the `dmp` backend), and the proxy's validity.
+
+Run: .venv/bin/python benchmarks/torchrec_e2e.py [--suite cpu-24x2] [--tasks 4] [--rounds 10]
+         [--steps 30] [--warmup 5] [--proxy-rounds 3] [--model MODEL] [--out REPORT.md]
+Smoke run: --tasks 1 --rounds 2 --steps 5 --proxy-rounds 1 --train-backend simulated
+
+On the suite's held-out tasks (2 devices: one process per device on this host's cores), every
+plan below is built into TorchRec's DistributedModelParallel and trained for real
+(`dreamshard/costs/dmp.py`, `gpu_tasks/dmp_step.py`): an EmbeddingBagCollection of the task's
+tables, a dense tower and a loss, gloo on the CPU (NCCL on GPUs), batches from the tables'
+traces. One torchrun launch per task trains all of its distinct plans in `--rounds` interleaved
+rounds (a fresh order each round, `--warmup` steps then `--steps` timed steps per turn); a
+plan's cost in a round is the slowest rank's median step. Ratios are paired within rounds.
+
+Plans: `dreamshard` (the registered champion when the state folder has one, else `--model`,
+else a model trained here on the suite's training tasks with `--train-backend`; the report says
+which), TorchRec's planner restricted to table-wise on our memory cap without its reservation
+(`torchrec_tw`), TorchRec's planner with its defaults (`torchrec_default`: its own topology for
+this host's device kind, no memory cap of ours, any sharding type; may be data-parallel, so it
+runs as TorchRec's own ShardingPlan), and the heuristics `dim`, `size`, `lookup`,
+`size_lookup`, `random`. The same placements (all but `torchrec_default`) are also measured by
+the in-process `fbgemm` proxy in `--proxy-rounds` interleaved rounds, and the Spearman rank
+correlation of the proxy's costs with DMP's says how far the proxy every other figure rests
+on ranks plans as real training does.
+
+Time with the defaults on the shared 2-core host: training the model about 3 min (fbgemm),
+the proxy about 2 min, DMP about 2.5 min per task. Writes the report and its JSON beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from planners_report import torchrec_version
+from scipy.stats import spearmanr
+
+from dreamshard.costs.backends import describe_costs, make_backend
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.costs.dmp import DmpBackend, StepConfig
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.rounds import (
+    bootstrap_interval,
+    cv,
+    geometric_mean,
+    measure_interleaved,
+    paired_ratios,
+)
+from dreamshard.files import write_json_atomic, write_text_atomic
+from dreamshard.integrations.torchrec_export import sharding_plan_to_dict
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.methods import named_planner, resolve_model
+from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.torchrec_planner import (
+    quiet_torchrec,
+    torchrec_place,
+    torchrec_request,
+)
+from dreamshard.report import format_bytes, markdown_table
+from dreamshard.state import state_dir
+
+RESULTS = Path(__file__).parent / "results" / "torchrec_e2e.md"
+MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
+HEURISTICS = ("dim", "size", "lookup", "size_lookup", "random")
+PLANS = ("dreamshard", "torchrec_tw", "torchrec_default", *HEURISTICS)
+CHAMPION_URI = "models:/dreamshard-policy@champion"
+
+
+def torchrec_default_plan(task: PlacementTask, device: str) -> dict:
+    """TorchRec's plan with its defaults, in its JSON form (module path of the DMP model).
+
+    Its own topology for the device kind we train on (its default memory, not our cap), its
+    storage reservation, every sharding type and kernel it offers; only the pooling factors
+    (statistics, not constraints) and the per-rank batch come from the task.
+    """
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import (
+        EmbeddingShardingPlanner,
+        ParameterConstraints,
+        Topology,
+    )
+
+    request = torchrec_request(task)
+    constraints = {
+        t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in task.tables
+    }
+    with quiet_torchrec():
+        topology = Topology(world_size=task.num_devices, compute_device=device)
+        planner = EmbeddingShardingPlanner(
+            topology=topology, batch_size=request.batch_size, constraints=constraints
+        )
+        plan = planner.plan(request.module, [EmbeddingBagCollectionSharder()])
+    data = sharding_plan_to_dict(plan, "torchrec_default", task.name, task.num_devices)
+    data["plan"] = {MODULE_PATH: data["plan"][""]}
+    return data
+
+
+def champion_or_none():
+    """The registered champion when the state folder's registry has one, else None."""
+    if not (state_dir() / "mlflow.db").exists() and not os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    try:
+        return resolve_model(CHAMPION_URI)
+    except DreamshardError:
+        return None
+
+
+def dreamshard_model(args: argparse.Namespace):
+    """(model, a sentence saying which it is)."""
+    if args.model:
+        return resolve_model(args.model), f"`{args.model}`"
+    champion = champion_or_none()
+    if champion is not None:
+        return champion, f"the registered champion `{CHAMPION_URI}` of the state folder"
+    began = time.monotonic()
+    out = state_dir() / "torchrec_e2e" / f"model-{args.train_backend}"
+    config = TrainConfig(suite=args.suite, backend=args.train_backend, out=str(out))
+    model = train(config, log=lambda line: print(line, flush=True))
+    return model, (
+        f"no champion registered in the state folder, so a model trained by this run on "
+        f"{args.suite}'s training tasks ({args.train_backend} backend, paper defaults: "
+        f"{config.iterations} iterations, {config.warm_start} warm-start placements; "
+        f"{(time.monotonic() - began) / 60:.1f} min), saved in `{out}`"
+    )
+
+
+def place_task(task: PlacementTask, model, device: str) -> dict[str, Placement | dict]:
+    plans: dict[str, Placement | dict] = {
+        "dreamshard": named_planner("dreamshard", model)(task, 0),
+        "torchrec_tw": torchrec_place(task, reserve=False),
+        "torchrec_default": torchrec_default_plan(task, device),
+    }
+    for name in HEURISTICS:
+        plans[name] = PLANNERS[name](task, 0)
+    return plans
+
+
+def distinct(plans: dict[str, Placement | dict]) -> tuple[list, dict[str, int]]:
+    """The distinct plans (identical placements measured once) and each name's index."""
+    unique: list = []
+    keys: list = []
+    index: dict[str, int] = {}
+    for name, plan in plans.items():
+        key = (plan.devices, plan.splits) if isinstance(plan, Placement) else name
+        if key not in keys:
+            keys.append(key)
+            unique.append(plan)
+        index[name] = keys.index(key)
+    return unique, index
+
+
+def task_figures(costs: np.ndarray, names: list[str]) -> dict:
+    """Per plan: geometric-mean ms, paired ratios to lookup and to torchrec_tw, spreads."""
+    out = {}
+    for ref in ("lookup", "torchrec_tw"):
+        ratios = paired_ratios(costs, names.index(ref))  # [rounds, plans]
+        out[f"vs_{ref}"] = geometric_mean(ratios).tolist()
+        out[f"vs_{ref}_cv"] = cv(ratios).tolist()
+    out["ms"] = geometric_mean(costs).tolist()
+    out["cost_cv"] = cv(costs).tolist()
+    return out
+
+
+def spearman(x, y) -> float:
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(spearmanr(x, y).statistic)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="cpu-24x2", help="held-out tasks of this suite")
+    parser.add_argument("--tasks", type=int, default=4, help="held-out tasks")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved DMP rounds")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per plan and round")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
+    parser.add_argument("--proxy-rounds", type=int, default=3, help="fbgemm proxy rounds")
+    parser.add_argument("--model", help="model file or models:/ URI (default: see above)")
+    parser.add_argument("--train-backend", default="fbgemm", choices=["fbgemm", "simulated"])
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    loads = [os.getloadavg()[0]]
+    model, model_note = dreamshard_model(args)
+    trained_s = time.monotonic() - began
+
+    tasks = make_suite(parse_suite_name(args.suite, 1, args.tasks)).test_tasks
+    backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
+    device = backend.device_kind()
+    placed = [place_task(task, model, device) for task in tasks]
+
+    # the proxy: every distinct placement of every task, one interleaved run
+    proxy = make_backend("fbgemm")
+    items, where = [], {}
+    for t, (task, plans) in enumerate(zip(tasks, placed)):
+        unique, index = distinct({n: p for n, p in plans.items() if isinstance(p, Placement)})
+        for name, i in index.items():
+            where[(t, name)] = len(items) + i
+        items.extend((task, p) for p in unique)
+    proxy_began = time.monotonic()
+    proxy_costs = measure_interleaved(proxy, items, args.proxy_rounds, seed=1)
+    proxy_s = time.monotonic() - proxy_began
+    loads.append(os.getloadavg()[0])
+
+    per_task = []
+    dmp_began = time.monotonic()
+    for t, (task, plans) in enumerate(zip(tasks, placed)):
+        unique, index = distinct(plans)
+        print(f"{task.name}: {len(unique)} distinct plans under DMP", flush=True)
+        run = backend.measure_plans(task, unique, args.rounds)
+        loads.append(os.getloadavg()[0])
+        names = list(plans)
+        costs = run.overall[:, [index[n] for n in names]]  # [rounds, PLANS]
+        ours = [n for n in names if isinstance(plans[n], Placement)]
+        firsts = [n for n in ours if n == next(m for m in ours if where[(t, m)] == where[(t, n)])]
+        proxy_ms = {n: float(geometric_mean(proxy_costs[:, where[(t, n)]])) for n in ours}
+        dmp_ms = {n: float(geometric_mean(costs[:, names.index(n)])) for n in names}
+        per_task.append(
+            {
+                "task": task.name,
+                "tables": len(task.tables),
+                "cap_bytes": task.memory_cap_bytes,
+                "batch": run.batch,
+                "distinct_plans": len(unique),
+                "costs": costs.tolist(),
+                "figures": task_figures(costs, names),
+                "sharding_types": {n: run.sharding_types[index[n]] for n in names},
+                "losses": {n: run.losses[index[n]] for n in names},
+                "proxy_ms": proxy_ms,
+                "proxy_vs_lookup": {n: proxy_ms[n] / proxy_ms["lookup"] for n in ours},
+                "dmp_ms": dmp_ms,
+                "distinct_placements": firsts,  # each distinct placement under its first name
+                "spearman": spearman([proxy_ms[n] for n in firsts], [dmp_ms[n] for n in firsts]),
+                "placements": {n: list(plans[n].devices) for n in ours},
+            }
+        )
+    dmp_s = time.monotonic() - dmp_began
+    result = {
+        "args": vars(args),
+        "model": model_note,
+        "hardware": hardware(),
+        "versions": {**versions(), "torchrec": torchrec_version()},
+        "dmp": describe_costs(backend.config()),
+        "proxy": describe_costs(proxy.config()),
+        "loads": loads,
+        "seconds": {
+            "model": trained_s,
+            "proxy": proxy_s,
+            "dmp": dmp_s,
+            "all": time.monotonic() - began,
+        },
+        "tasks": per_task,
+        "summary": summarize(per_task),
+    }
+    report = render(result, argv)
+    out = Path(args.out)
+    write_text_atomic(out, report)
+    write_json_atomic(out.with_suffix(".json"), result)
+    print(report)
+    return report
+
+
+def summarize(per_task: list[dict]) -> dict:
+    """Per plan over tasks: geometric means of the paired ratios, intervals, spreads; Spearman."""
+    rows = {}
+    for j, name in enumerate(PLANS):
+        row = {"ms": float(np.mean([t["figures"]["ms"][j] for t in per_task]))}
+        for ref in ("lookup", "torchrec_tw"):
+            ratios = np.array([t["figures"][f"vs_{ref}"][j] for t in per_task])
+            row[f"vs_{ref}"] = float(geometric_mean(ratios))
+            row[f"vs_{ref}_range"] = [float(ratios.min()), float(ratios.max())]
+            row[f"vs_{ref}_interval"] = list(bootstrap_interval(ratios))
+            row[f"vs_{ref}_cv"] = float(
+                np.median([t["figures"][f"vs_{ref}_cv"][j] for t in per_task])
+            )
+        row["cost_cv"] = float(np.median([t["figures"]["cost_cv"][j] for t in per_task]))
+        if name != "torchrec_default":
+            proxy_ratios = [t["proxy_vs_lookup"][name] for t in per_task]
+            row["proxy_vs_lookup"] = float(geometric_mean(np.array(proxy_ratios)))
+        rows[name] = row
+    # pooled: every task's placements, each cost over the task's lookup cost
+    proxy, dmp = [], []
+    for t in per_task:
+        for name in t["distinct_placements"]:
+            proxy.append(t["proxy_ms"][name] / t["proxy_ms"]["lookup"])
+            dmp.append(t["dmp_ms"][name] / t["dmp_ms"]["lookup"])
+    per_task_rho = [t["spearman"] for t in per_task if not np.isnan(t["spearman"])]
+    return {
+        "rows": rows,
+        "spearman_pooled": spearman(proxy, dmp),
+        "spearman_per_task_mean": float(np.mean(per_task_rho)) if per_task_rho else float("nan"),
+        "spearman_per_task": [t["spearman"] for t in per_task],
+    }
+
+
+def render(result: dict, argv: list[str] | None) -> str:
+    args, summary = result["args"], result["summary"]
+    rows = summary["rows"]
+    header = [
+        "plan",
+        "DMP step ms",
+        "vs lookup",
+        "(min-max over tasks)",
+        "vs TorchRec table-wise",
+        "(95% interval)",
+        "paired-ratio spread over rounds",
+        "step spread over rounds",
+        "fbgemm proxy vs lookup",
+    ]
+    table = [
+        [
+            name,
+            f"{r['ms']:.2f}",
+            f"{r['vs_lookup']:.3f}",
+            f"{r['vs_lookup_range'][0]:.3f}-{r['vs_lookup_range'][1]:.3f}",
+            f"{r['vs_torchrec_tw']:.3f}",
+            f"{r['vs_torchrec_tw_interval'][0]:.3f}-{r['vs_torchrec_tw_interval'][1]:.3f}",
+            f"{r['vs_lookup_cv']:.1%}",
+            f"{r['cost_cv']:.1%}",
+            f"{r['proxy_vs_lookup']:.3f}" if "proxy_vs_lookup" in r else "n/a",
+        ]
+        for name, r in sorted(rows.items(), key=lambda kv: kv[1]["vs_lookup"])
+    ]
+    tasks = result["tasks"]
+    caps = ", ".join(format_bytes(t["cap_bytes"]) for t in tasks)
+    kinds = sorted({k for t in tasks for k in t["sharding_types"]["torchrec_default"]})
+    seconds = result["seconds"]
+    rho_tasks = ", ".join(f"{r:.2f}" for r in summary["spearman_per_task"])
+    lines = [
+        f"# Plans in real TorchRec training steps ({time.strftime('%Y-%m-%d')})",
+        f"Host: {result['hardware']}, 2 cores shared with other engineers' work (1-minute load "
+        f"average {', '.join(f'{x:.1f}' for x in result['loads'])} at the start, after the "
+        f"proxy and after each task); {result['versions']}. Command: "
+        f"`benchmarks/torchrec_e2e.py {' '.join(argv or [])}`; "
+        f"{seconds['all'] / 60:.1f} min in all (model {seconds['model'] / 60:.1f}, proxy "
+        f"{seconds['proxy'] / 60:.1f}, DMP {seconds['dmp'] / 60:.1f}).",
+        f"Tasks: {len(tasks)} held-out {args['suite']} tasks ({tasks[0]['tables']} tables on "
+        f"2 devices; caps per device {caps}; fp32; global batch {tasks[0]['batch']}, "
+        f"{tasks[0]['batch'] // 2} per rank). Model: {result['model']}.",
+        f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
+        f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} "
+        "timed steps per plan; ratios paired within rounds (geometric mean over rounds, then "
+        "over tasks; the interval bootstraps the tasks). Spreads: the median over tasks of the "
+        "coefficient of variation over rounds, of the paired ratio to lookup and of the raw "
+        "step.",
+        markdown_table(header, table),
+        f"`torchrec_tw`: TorchRec's planner restricted to table-wise (fused kernel) on our cap "
+        f"with no reservation. `torchrec_default`: its defaults (sharding types chosen here: "
+        f"{', '.join(kinds)}), memory not capped by ours.",
+        f"Proxy: {result['proxy']}, {args['proxy_rounds']} interleaved rounds over all tasks' "
+        f"placements. Spearman rank correlation of the proxy's costs with DMP's over the same "
+        f"placements (`torchrec_default` excluded: not a placement of ours): pooled over tasks "
+        f"(each cost over its task's lookup) **{summary['spearman_pooled']:.2f}**; per task "
+        f"{rho_tasks} (mean {summary['spearman_per_task_mean']:.2f}).",
+    ]
+    return "\n\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except DreamshardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
