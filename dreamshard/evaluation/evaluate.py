@@ -99,10 +99,10 @@ def evaluate(
     rng = np.random.default_rng(seed)
     progress = Progress(rounds * len(items), f"evaluating on {backend.name}")
     for r in range(rounds):
-        this_round: dict[tuple[int, tuple[int, ...]], PlacementCost] = {}
+        this_round: dict[tuple, PlacementCost] = {}
         for i in rng.permutation(len(items)):
             t, j = items[i]
-            same = (t, placements[t][j].devices)
+            same = (t, placements[t][j].splits, placements[t][j].devices)
             if same not in this_round:
                 this_round[same] = measure(Job(tasks[t], placements[t][j], EVAL_ROUND_BASE + r))
             cost = this_round[same]

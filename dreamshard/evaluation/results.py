@@ -12,13 +12,14 @@ A planner that declined a task has NaN costs there and is compared only where it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
+from dreamshard.tables.shards import Split
 from dreamshard.tables.sources import table_from_record, table_to_dict
 
 REFERENCES = ("strongest_heuristic", "per_task_best_heuristic", "best_known")
@@ -161,7 +162,8 @@ class Evaluation:
                 "plan_seconds": float(self.plan_seconds[t, j]),
             }
         return {
-            "placement": list(placement.devices),
+            "placement": list(placement.devices),  # of the shards when `splits` is not empty
+            "splits": [asdict(s) for s in placement.splits],
             "method": placement.method,
             "candidate": placement.candidate,
             "memory_bytes": device_memory(self.tasks[t], placement).tolist(),
@@ -172,7 +174,8 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, data: dict) -> Evaluation:
-        """An evaluation back from `to_dict`'s JSON (older files lack `costs_made`, `method`)."""
+        """An evaluation back from `to_dict`'s JSON (older files lack `costs_made`, `method`,
+        `splits`)."""
         planners = list(data["planners"])
         tasks, placements, breakdowns, declined = [], [], [], {}
         measured = [r for t in data["tasks"] for r in t["results"].values() if "costs_ms" in r]
@@ -202,7 +205,8 @@ class Evaluation:
                     continue
                 method = result.get("method", planner)
                 devices = tuple(int(d) for d in result["placement"])
-                row.append(Placement(devices, method, result.get("candidate", "")))
+                splits = tuple(Split(**s) for s in result.get("splits", []))
+                row.append(Placement(devices, method, result.get("candidate", ""), splits))
                 parts.append(result["devices"])
                 costs[:, t, j] = result["costs_ms"]
             placements.append(row)
