@@ -152,7 +152,7 @@ def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Spli
                 placements.append(greedy_place(shards, key))
             except InfeasibleError:  # its packing search gave up; the others may not
                 continue
-        return min(predicted_overall(model, shards, placements), default=float("inf"))
+        return min(predicted_overall(model, shards, placements)) if placements else float("inf")
 
     return choose_splits(task, candidates, cost)[0]
 
