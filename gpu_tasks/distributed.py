@@ -8,7 +8,13 @@ Each rank builds the fused TBE of its own tables and times, per iteration: its f
 (fwd_comp); the forward all-to-all of pooled embeddings, from the end of its kernel, so it
 includes the wait for the slowest device (fwd_comm); the backward all-to-all of their gradients
 (bwd_comm); and its backward kernel with the fused optimizer update (bwd_comp). NCCL on GPUs
-(one GPU per rank), gloo on the CPU. Rank 0 writes the medians of every rank as JSON.
+(one GPU per rank), gloo on the CPU. Rank 0 writes the medians of every rank as JSON, with the
+shapes and lookups each rank's kernel got.
+
+A rank's tables may be shards (their records carry `shard`): each is a table of its own rows
+and width fed its table's trace sliced. A row shard's output is partial sums of its table's
+full width; the all-to-all sends every rank the rows of its samples, which is the exchange of a
+reduce-scatter of those partials (the sums on receipt are not run: [B/D, dim] additions).
 """
 
 from __future__ import annotations
@@ -24,8 +30,7 @@ import torch.distributed as dist
 
 from dreamshard.files import write_json_atomic
 from dreamshard.tables.sources import table_from_record
-from dreamshard.tables.traces import concat_traces
-from gpu_tasks.tbe import TimingConfig, build_tbe
+from gpu_tasks.tbe import GroupInput, TimingConfig, build_tbe
 
 
 def _sync(device: torch.device) -> None:
@@ -55,9 +60,10 @@ def run_rank(job: dict) -> dict:
     rows = [len(b) for b in np.array_split(np.arange(batch), world)]  # samples per rank
     send_splits = [n * widths[rank] for n in rows]
     recv_splits = [rows[rank] * w for w in widths]
+    group = GroupInput.of(tables, batch)
     if tables:
-        tbe = build_tbe([t.rows for t in tables], [t.dim for t in tables], config, device)
-        indices, offsets = (torch.from_numpy(a).to(device) for a in concat_traces(tables, batch))
+        tbe = build_tbe(group.rows, group.dims, config, device)
+        indices, offsets = (torch.from_numpy(a).to(device) for a in (group.indices, group.offsets))
     samples = []
     for it in range(config.warmup + config.iterations):
         dist.barrier()
@@ -88,6 +94,9 @@ def run_rank(job: dict) -> dict:
         "bwd_comp": float(np.median(ms[:, 3])),
         "cv": float(totals.std() / totals.mean()) if totals.mean() > 0 else 0.0,
         "device": str(device),
+        "rows": group.rows,
+        "dims": group.dims,
+        "lookups": int(len(group.indices)),
     }
 
 

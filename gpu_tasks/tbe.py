@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from dreamshard.tables.traces import concat_traces
+
 MIB = 2**20
 
 
@@ -43,6 +45,14 @@ class GroupInput:
     dims: list[int]
     indices: np.ndarray
     offsets: np.ndarray
+
+    @classmethod
+    def of(cls, tables, batch_size: int) -> GroupInput:
+        """The group of `tables` (`dreamshard.tables.Table`s) over one batch. A shard is a table
+        of its own rows and width whose trace is its table's, sliced (`trace_for`): a column
+        shard reads all its table's lookups, a row shard those inside its rows."""
+        indices, offsets = concat_traces(tables, batch_size)
+        return cls([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
 
 
 @dataclass

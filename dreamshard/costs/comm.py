@@ -11,17 +11,42 @@ Forward communication (DreamShard's definition) also absorbs the wait for the sl
     fwd_comm_d = (max_e fwd_comp_e - fwd_comp_d) + transfer_d
 Backward communication sends the gradients of the same tensors back: bwd_comm_d = transfer_d.
 On one device there is nothing to exchange. Pooled embeddings travel in fp32 (4 bytes).
+
+Shards (`tables.shards`) enter through their widths, a shard's `dim`:
+- A column shard outputs its columns of the pooled embeddings, [B, width]: column-wise outputs
+  travel as per-device widths, and a table split column-wise sends what it sent whole.
+- A row shard outputs *partial sums* of its table's full width for the whole batch, [B, dim];
+  a reduce-scatter adds them up, each device ending with the sums of its B/D samples. Each
+  device sends every other device that device's B/D rows of its partials, (D - 1)/D of its
+  [B, dim], and receives B/D rows from each other shard: the volume of the all-to-all of a
+  table of that width. So a row shard counts with its table's dim (which it keeps) and the
+  formulas above model the reduce-scatter as they model the all-to-all. The sums on receipt
+  ([B/D, dim] additions) are not counted. This is modeled, and every cost of a placement with
+  row shards says so in its info (`shard_comm_info`). Under torchrun the all-to-all that is
+  timed sends exactly these blocks, so the reduce-scatter's exchange is measured there, less
+  the sums; gloo's own reduce-scatter (a full all-reduce, then a slice) is not what a trainer
+  would run, and is neither timed nor calibrated on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dreamshard.errors import DreamshardError
+from dreamshard.tables.table import Table
 
 POOLED_BYTES = 4
+ROW_PARTIALS_MODELED = (
+    "row-wise partial sums: reduce-scatter, modeled (the volume of the all-to-all of a table "
+    "of that width)"
+)
+ROW_PARTIALS_MEASURED = (
+    "row-wise partial sums: reduce-scatter timed as the all-to-all of the partials (the same "
+    "volume; the sums on receipt not timed)"
+)
 
 
 @dataclass(frozen=True)
@@ -86,3 +111,11 @@ def modeled_comm(
         return transfer, transfer
     wait = np.max(fwd_comp_ms) - np.asarray(fwd_comp_ms, dtype=np.float64)
     return wait + transfer, transfer
+
+
+def shard_comm_info(tables: Sequence[Table], measured: bool) -> dict[str, str]:
+    """What a cost's info says of how the placed tables' outputs travel: {"row_partials": ...}
+    when some are row shards (see the module's docstring), else nothing."""
+    if not any(t.shard is not None and t.shard.kind == "row" for t in tables):
+        return {}
+    return {"row_partials": ROW_PARTIALS_MEASURED if measured else ROW_PARTIALS_MODELED}

@@ -7,6 +7,10 @@ real, all-to-all included (`comm: measured`; gloo on the CPU, NCCL on GPUs). Eit
 times only while it holds the host's measurement lock (`costs/host_lock.py`). In process, a
 fixed reference group is timed alongside, so labels can be compared across runs
 (`costs/reference.py`).
+
+A split placement is measured over its shards (`shard_view`): each shard is a table of the
+kernel, of its own rows and width, fed its table's trace sliced (`GroupInput.of`). How the
+shards' outputs travel (row-wise partial sums) is said in the cost's info (`costs/comm.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import get_topology, modeled_comm
+from dreamshard.costs.comm import get_topology, modeled_comm, shard_comm_info
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import reference_info, reference_tables
 from dreamshard.costs.torchrun import TorchrunError, run_job
@@ -29,7 +33,7 @@ from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, shard_view
 from dreamshard.report import format_bytes
 from dreamshard.tables.sources import table_to_dict
-from dreamshard.tables.traces import DEFAULT_BATCH, concat_traces, table_batch_size
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 
 class MeasurementError(DreamshardError):
@@ -123,17 +127,14 @@ class FbgemmBackend:
         raise AssertionError("unreachable")
 
     def _in_process(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
-        from gpu_tasks.tbe import GroupFailure, time_groups, time_groups_with_reference
+        from gpu_tasks.tbe import GroupFailure, GroupInput, time_groups, time_groups_with_reference
 
-        groups = [
-            _group_input([task.tables[i] for i in members], batch)
-            for members in placement.device_tables(task.num_devices)
-        ]
+        groups = device_groups(task, placement, batch)
         info: dict = {}
         try:
             if self.reference:
                 tables = reference_tables()
-                reference = _group_input(tables, table_batch_size(tables, self.batch_size))
+                reference = GroupInput.of(tables, table_batch_size(tables, self.batch_size))
                 timings, ref = time_groups_with_reference(groups, reference, self.timing)
                 spent = sum(ref.fwd_samples) + sum(ref.bwd_samples)
                 info = reference_info(ref.fwd_ms + ref.bwd_ms, ref.cv, spent, self.device_kind())
@@ -141,12 +142,7 @@ class FbgemmBackend:
                 timings = time_groups(groups, self.timing)
         except GroupFailure as exc:
             raise MeasurementError(f"kernel failed on {exc}") from exc
-        widths = np.array(
-            [
-                sum(t.dim for t in (task.tables[i] for i in m))
-                for m in placement.device_tables(task.num_devices)
-            ]
-        )
+        widths = np.array([sum(g.dims) for g in groups])  # a row shard's: its table's dim
         fwd = np.array([t.fwd_ms for t in timings])
         topology = get_topology(self.topology_name())
         fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology)
@@ -157,6 +153,7 @@ class FbgemmBackend:
         comm = "modeled" if task.num_devices > 1 else "none"
         kernel_ms = sum(sum(t.fwd_samples) + sum(t.bwd_samples) for t in timings)
         info.update(topology=topology.name, batch=batch, kernel_ms=kernel_ms)
+        info.update(shard_comm_info(task.tables, measured=False))
         return PlacementCost(devices, self.name, comm, info)
 
     def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
@@ -177,13 +174,19 @@ class FbgemmBackend:
             DeviceCost(r["fwd_comp"], r["fwd_comm"], r["bwd_comm"], r["bwd_comp"], r["cv"])
             for r in result["ranks"]
         )
-        return PlacementCost(
-            devices, self.name, "measured", {"batch": batch, "process_group": result["backend"]}
-        )
+        kernels = [{k: r[k] for k in ("rows", "dims", "lookups")} for r in result["ranks"]]
+        info = {"batch": batch, "process_group": result["backend"], "kernels": kernels}
+        info.update(shard_comm_info(task.tables, measured=True))
+        return PlacementCost(devices, self.name, "measured", info)
 
 
-def _group_input(tables: list, batch: int):
+def device_groups(task: PlacementTask, placement: Placement, batch: int) -> list:
+    """What each device's fused kernel gets (`gpu_tasks.tbe.GroupInput`): the shapes and traces
+    of its tables, or of its shards when the placement splits tables."""
     from gpu_tasks.tbe import GroupInput
 
-    indices, offsets = concat_traces(tables, batch)
-    return GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
+    task, placement = shard_view(task, placement)
+    return [
+        GroupInput.of([task.tables[i] for i in members], batch)
+        for members in placement.device_tables(task.num_devices)
+    ]
