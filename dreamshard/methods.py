@@ -80,7 +80,7 @@ def place(
     if method == "torchrec":
         from dreamshard.planners.torchrec_planner import torchrec_place
 
-        return torchrec_place(task, seed)
+        return torchrec_place(task, seed, split=split)
     return PLANNERS[method](task, seed)
 
 

@@ -1,8 +1,11 @@
 """Our plans as TorchRec `ShardingPlan`s, and the JSON form of those plans (`--format torchrec`).
 
-Every table becomes one table-wise `ParameterSharding` on the rank of its device: one shard
-covering the whole table, fused kernel. The JSON form (docs/torchrec.md) is written without
-torchrec installed; turning it into a `ShardingPlan` for `DistributedModelParallel` needs it.
+Every table becomes one `ParameterSharding` with the fused kernel: a whole table table-wise on
+the rank of its device, a split table column-wise or row-wise with one shard per shard of ours
+(`ranks`: their devices in shard order; offsets [0, c0] sizes [rows, c1 - c0] for a column
+shard, offsets [r0, 0] sizes [r1 - r0, dim] for a row shard). The JSON form (docs/torchrec.md)
+is written without torchrec installed; turning it into a `ShardingPlan` for
+`DistributedModelParallel` needs it.
 
     {"format": "torchrec-sharding-plan", "version": 1, "method": ..., "task": ...,
      "num_devices": D,
@@ -10,6 +13,10 @@ torchrec installed; turning it into a `ShardingPlan` for `DistributedModelParall
                                     "ranks": [d],
                                     "shards": [{"offsets": [0, 0], "sizes": [rows, dim],
                                                 "placement": "rank:d/cuda:d"}]}}}}
+
+DMP trains a row-wise table only in TorchRec's own layout: one shard per rank, shard r on rank
+r, blocks of ceil(rows / D) rows (it routes ids by those blocks, whatever the plan says), so a
+row split in any other layout is refused here rather than exported to run wrongly.
 """
 
 from __future__ import annotations
@@ -19,12 +26,19 @@ from typing import Any
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json, write_json_atomic
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
-from dreamshard.planners.torchrec_planner import placement_from_sharding, require_torchrec
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
+from dreamshard.planners.torchrec_planner import (
+    placement_from_sharding,
+    require_torchrec,
+    torchrec_row_bounds,
+)
+from dreamshard.tables.table import Table
 
 TORCHREC_PLAN_FORMAT = "torchrec-sharding-plan"
 DEFAULT_MODULE_PATH = "embedding_bags"  # where the EmbeddingBagCollection sits in the model
 SHARDING_KEYS = ("sharding_type", "compute_kernel", "ranks", "shards")
+SHARDING_TYPES = {None: "table_wise", "column": "column_wise", "row": "row_wise"}
+INDEXED_DEVICES = ("cuda", "mtia")  # devices named with a local index ("cuda:1"); cpu is not
 
 
 def torchrec_plan_dict(
@@ -32,29 +46,70 @@ def torchrec_plan_dict(
     placement: Placement,
     module_path: str = DEFAULT_MODULE_PATH,
     gpus_per_host: int | None = None,
+    compute_device: str = "cuda",
 ) -> dict[str, Any]:
-    """The JSON form of our placement as a table-wise TorchRec plan.
+    """The JSON form of our placement as a TorchRec plan (table-, column- and row-wise).
 
-    Rank d is device d; its shard lives on `cuda:{d % gpus_per_host}` (default: one host).
+    Rank d is device d; its shards live on `cuda:{d % gpus_per_host}` (default: one host), or on
+    `compute_device` itself when it has no local index (`rank:d/cpu` for DMP on a CPU).
     """
     check_legal(task, placement)
     per_host = gpus_per_host or task.num_devices
-    tables = {
-        table.name: {
-            "sharding_type": "table_wise",
+    kinds = {s.table: s.kind for s in placement.splits}
+    grouped: dict[str, list[tuple[Table, int]]] = {}  # table -> its shards and their devices
+    for shard, d in zip(placement_task(task, placement).tables, placement.devices):
+        grouped.setdefault(shard.shard.of if shard.shard else shard.name, []).append((shard, d))
+    tables = {}
+    for name, shards in grouped.items():
+        kind = kinds.get(name)
+        if kind == "row":
+            check_row_layout(name, shards, task.num_devices)
+        tables[name] = {
+            "sharding_type": SHARDING_TYPES[kind],
             "compute_kernel": "fused",
-            "ranks": [int(d)],
+            "ranks": [int(d) for _, d in shards],
             "shards": [
                 {
-                    "offsets": [0, 0],
-                    "sizes": [table.rows, table.dim],
-                    "placement": f"rank:{d}/cuda:{d % per_host}",
+                    **shard_extent(shard),
+                    "placement": shard_placement(int(d), compute_device, per_host),
                 }
+                for shard, d in shards
             ],
         }
-        for table, d in zip(task.tables, placement.devices)
-    }
     return plan_header(placement.method, task.name, task.num_devices, {module_path: tables})
+
+
+def shard_extent(shard: Table) -> dict[str, list[int]]:
+    """A shard's offsets and sizes in its table's weight [rows, dim]."""
+    cut = shard.shard
+    if cut is None:
+        offsets = [0, 0]
+    else:
+        offsets = [cut.start, 0] if cut.kind == "row" else [0, cut.start]
+    return {"offsets": offsets, "sizes": [shard.rows, shard.dim]}
+
+
+def shard_placement(device: int, compute_device: str, per_host: int) -> str:
+    """Where rank `device` keeps its shards: `rank:d/cuda:i` (i its index on its host), or
+    `rank:d/cpu`."""
+    if compute_device in INDEXED_DEVICES:
+        return f"rank:{device}/{compute_device}:{device % per_host}"
+    return f"rank:{device}/{compute_device}"
+
+
+def check_row_layout(name: str, shards: list[tuple[Table, int]], num_devices: int) -> None:
+    """DreamshardError unless a row split is in the layout DMP trains (module docstring)."""
+    ranges = [(s.shard.start, s.shard.stop) for s, _ in shards]
+    devices = [int(d) for _, d in shards]
+    rows = shards[0][0].shard.extent
+    expected = torchrec_row_bounds(rows, num_devices)
+    if ranges != expected or devices != list(range(num_devices)):
+        raise DreamshardError(
+            f"table {name}: its row shards {', '.join(f'{a}:{b}' for a, b in ranges)} on devices "
+            f"{devices} are not a layout TorchRec trains row-wise (one shard per rank in rank "
+            f"order, rows {', '.join(f'{a}:{b}' for a, b in expected)}); its DMP would route "
+            "ids to other rows. Place it with --split none, or split it column-wise"
+        )
 
 
 def plan_header(method: str, task_name: str, num_devices: int, plan: dict) -> dict[str, Any]:
@@ -123,16 +178,23 @@ def sharding_plan_to_dict(
 
 
 def sharding_plan(
-    task: PlacementTask, placement: Placement, module_path: str = DEFAULT_MODULE_PATH
+    task: PlacementTask,
+    placement: Placement,
+    module_path: str = DEFAULT_MODULE_PATH,
+    compute_device: str = "cuda",
 ):
-    """Our placement as a TorchRec `ShardingPlan`, ready for `DistributedModelParallel`."""
-    return sharding_plan_from_dict(torchrec_plan_dict(task, placement, module_path))
+    """Our placement as a TorchRec `ShardingPlan`, ready for `DistributedModelParallel`
+    (`compute_device="cpu"` for DMP on CPUs)."""
+    data = torchrec_plan_dict(task, placement, module_path, compute_device=compute_device)
+    return sharding_plan_from_dict(data)
 
 
 def placement_from_sharding_plan(
     task: PlacementTask, plan, module_path: str = DEFAULT_MODULE_PATH, method: str = ""
 ) -> Placement:
-    """Our placement back from a table-wise `ShardingPlan`, checked legal for the task."""
+    """Our placement back from a `ShardingPlan`, checked legal for the task: table-wise tables
+    whole, column-wise and row-wise ones as our splits (DreamshardError naming a table whose
+    shards are not ones we cut)."""
     if module_path not in plan.plan:
         raise DreamshardError(
             f"the TorchRec plan has no module {module_path!r}; it has {sorted(plan.plan)}"
@@ -147,8 +209,10 @@ def write_torchrec_plan(
     placement: Placement,
     path: str | Path,
     module_path: str = DEFAULT_MODULE_PATH,
+    compute_device: str = "cuda",
 ) -> None:
-    write_json_atomic(path, torchrec_plan_dict(task, placement, module_path))
+    data = torchrec_plan_dict(task, placement, module_path, compute_device=compute_device)
+    write_json_atomic(path, data)
 
 
 def read_torchrec_plan(path: str | Path) -> dict[str, Any]:

@@ -1,9 +1,12 @@
-"""TorchRec's `EmbeddingShardingPlanner` as a planner here (`--method torchrec`), table-wise only.
+"""TorchRec's `EmbeddingShardingPlanner` as a planner here (`--method torchrec`).
 
 Our tables become embedding-bag configs on the meta device, our task a topology of D GPUs with
-our memory cap as HBM, and every table is constrained to table-wise sharding with the fused
-kernel, so TorchRec solves the same problem as our planners. TorchRec is optional: this module
-imports it only when called (`make torchrec` installs it).
+our memory cap as HBM, and every table is constrained to the fused kernel and, with
+`split="none"`, to table-wise sharding, so TorchRec solves the same problem as our planners.
+With `split="auto"` it may also shard a table column-wise (into the most equal power-of-two
+shards our shard model allows on D devices, `min_partition`) and row-wise (over all D ranks,
+where its row blocks are our row ranges); its plan comes back as our placement with splits.
+TorchRec is optional: this module imports it only when called (`make torchrec` installs it).
 
 TorchRec keeps memory back that our planners do not: by default 15% of each device's HBM, plus
 room for 20 copies of a rank's input batch (its KJT reservation), plus each table's input and
@@ -21,8 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.report import format_bytes
+from dreamshard.tables.shards import (
+    Split,
+    max_column_parts,
+    row_bounds,
+    split_problem,
+    split_table,
+)
+from dreamshard.tables.table import Table
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 INSTALL_HINT = (
@@ -34,6 +46,7 @@ RESERVED_FRACTION = 0.15  # TorchRec's default HBM share kept back (HeuristicalS
 KJT_COPIES = 20  # its KJT reservation: 2 pipelined batches x 10 internal copies
 KJT_BYTES_PER_LOOKUP = 8  # int64 ids
 DATA_TYPES = {"fp16": "FP16", "fp32": "FP32"}
+CUT_AXIS = {"table_wise": 0, "row_wise": 0, "column_wise": 1}  # the weight axis its shards cut
 
 
 def require_torchrec() -> None:
@@ -69,13 +82,16 @@ class TorchRecRequest:
     reserve: bool
 
 
-def torchrec_request(task: PlacementTask, reserve: bool = True) -> TorchRecRequest:
-    """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, table-wise fused)."""
+def torchrec_request(
+    task: PlacementTask, reserve: bool = True, split: str = "none"
+) -> TorchRecRequest:
+    """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, the fused kernel;
+    table-wise only, or with `split="auto"` also the column-/row-wise sharding that maps to
+    our shards, `sharding_options`)."""
     import torch
     from torchrec import DataType, EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.planner import ParameterConstraints, Topology
-    from torchrec.distributed.types import ShardingType
 
     data_type = getattr(DataType, DATA_TYPES[task.precision])
     configs = [
@@ -88,14 +104,15 @@ def torchrec_request(task: PlacementTask, reserve: bool = True) -> TorchRecReque
         )
         for t in task.tables
     ]
-    constraints = {
-        t.name: ParameterConstraints(
-            sharding_types=[ShardingType.TABLE_WISE.value],
+    constraints = {}
+    for t in task.tables:
+        types, min_partition = sharding_options(t, task.num_devices, split)
+        constraints[t.name] = ParameterConstraints(
+            sharding_types=types,
             compute_kernels=[EmbeddingComputeKernel.FUSED.value],
             pooling_factors=[t.pooling_factor],
+            min_partition=min_partition,
         )
-        for t in task.tables
-    }
     with quiet_torchrec():
         module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
         # "cuda" makes TorchRec plan HBM per device; planning itself runs fine on a CPU.
@@ -106,6 +123,37 @@ def torchrec_request(task: PlacementTask, reserve: bool = True) -> TorchRecReque
     # is the global one, world size x the per-rank batch the planner takes.
     batch_size = max(1, -(-table_batch_size(task.tables, DEFAULT_BATCH) // task.num_devices))
     return TorchRecRequest(module, topology, constraints, batch_size, reserve)
+
+
+def sharding_options(table: Table, num_devices: int, split: str) -> tuple[list[str], int | None]:
+    """The sharding types TorchRec may use for `table`, and its column-wise shard width.
+
+    TorchRec cuts a column-wise table into blocks of the smallest multiple-of-4 divisor of dim
+    at least `min_partition` wide (default 128, so no table of dim <= 128 is ever split); we set
+    it to dim / k, k the most column shards our shard model allows on D devices (a power of
+    two, widths multiples of 4), which gives k equal shards. Its row-wise sharding spans all D
+    ranks in blocks of ceil(rows / D) rows (`torchrec_row_bounds`), which are our row ranges
+    only when D divides rows; other tables are not offered row-wise.
+    """
+    types = ["table_wise"]
+    if split == "none":
+        return types, None
+    parts = max_column_parts(table, num_devices)
+    if parts > 1:
+        types.append("column_wise")
+    if 1 < num_devices <= table.rows and torchrec_row_bounds(table.rows, num_devices) == row_bounds(
+        table.rows, num_devices
+    ):
+        types.append("row_wise")
+    return types, table.dim // parts if parts > 1 else None
+
+
+def torchrec_row_bounds(rows: int, num_devices: int) -> list[tuple[int, int]]:
+    """The row range of each rank in TorchRec's row-wise sharding (blocks of ceil(rows / D)
+    rows, the last ranks' ranges short or empty), which its training bucketizes ids by
+    (`torchrec.distributed.sharding_plan._calculate_rw_shard_sizes_and_offsets`)."""
+    block = -(-rows // num_devices)
+    return [(min(r * block, rows), min((r + 1) * block, rows)) for r in range(num_devices)]
 
 
 def plan_with_torchrec(request: TorchRecRequest):
@@ -147,7 +195,11 @@ def rejection_reason(request: TorchRecRequest, sharders: list, exc: Exception) -
             f"a per-device batch of {request.batch_size} inputs kept back"
         )
     enumerator = EmbeddingEnumerator(request.topology, request.batch_size, request.constraints)
-    needs = [o.total_storage.hbm for o in enumerator.enumerate(request.module, sharders)]
+    least: dict[str, int] = {}  # each table's cheapest sharding option
+    for option in enumerator.enumerate(request.module, sharders):
+        hbm = option.total_storage.hbm
+        least[option.name] = min(hbm, least.get(option.name, hbm))
+    needs = list(least.values())
     kind = getattr(getattr(exc, "error_type", None), "value", "rejected")
     return (
         f"torchrec's planner rejects this task ({kind}): each of the "
@@ -167,30 +219,95 @@ def kjt_reserved_bytes(request: TorchRecRequest) -> int:
 def placement_from_sharding(
     task: PlacementTask, module_plan, method: str = "torchrec"
 ) -> Placement:
-    """Our placement from a table-wise module plan ({table name: ParameterSharding})."""
-    devices = []
+    """Our placement from a module plan ({table name: ParameterSharding}): a table-wise table
+    on its rank, a column-wise or row-wise table as our split on its shards' ranks.
+
+    DreamshardError, naming the table, when a table's shards are not ones we cut: column
+    shards of unequal widths or a count that is not a power of two, row ranges that are not
+    `row_bounds`, or another sharding type.
+    """
+    devices: list[int] = []
+    splits: list[Split] = []
     for table in task.tables:
         sharding = module_plan.get(table.name)
         if sharding is None:
             raise DreamshardError(f"the TorchRec plan has no entry for table {table.name}")
-        if sharding.sharding_type != "table_wise" or len(sharding.ranks or []) != 1:
-            raise DreamshardError(
-                f"table {table.name} is sharded {sharding.sharding_type} on ranks "
-                f"{sharding.ranks}; only table-wise plans (one rank per table) map to ours"
-            )
-        devices.append(int(sharding.ranks[0]))
-    return Placement(tuple(devices), method=method)
+        split, ranks = table_sharding(table, sharding)
+        devices.extend(ranks)
+        if split is not None:
+            splits.append(split)
+    return Placement(tuple(devices), method=method, splits=tuple(splits))
 
 
-def torchrec_place(task: PlacementTask, seed: int = 0, reserve: bool = True) -> Placement:
-    """TorchRec's table-wise plan for the task, checked legal under our caps.
+def table_sharding(table: Table, sharding) -> tuple[Split | None, list[int]]:
+    """One table's `ParameterSharding` as our split (None: whole) and its shards' ranks."""
+    kind = sharding.sharding_type
+    shards = list(sharding.sharding_spec.shards) if sharding.sharding_spec else []
+    ranks = [int(r) for r in sharding.ranks or []]
+    if kind not in CUT_AXIS or not shards or len(ranks) != len(shards):
+        raise DreamshardError(
+            f"table {table.name} is sharded {kind} on ranks {ranks} with {len(shards)} shards; "
+            "only table-wise, column-wise and row-wise plans with a rank per shard map to ours"
+        )
+    axis = CUT_AXIS[kind]  # 0: rows, 1: columns
+    pieces = sorted(
+        (int(s.shard_offsets[axis]), int(s.shard_offsets[axis]) + int(s.shard_sizes[axis]), rank)
+        for s, rank in zip(shards, ranks)
+        if s.shard_sizes[axis] > 0  # TorchRec pads row-wise plans with empty shards
+    )
+    ranges = [(start, stop) for start, stop, _ in pieces]
+    if not cuts_like_ours(table, kind, ranges, shards):
+        what = "columns" if axis else "rows"
+        raise DreamshardError(
+            f"table {table.name} ({table.rows} x {table.dim}): its {kind} shards cover {what} "
+            f"{', '.join(f'{a}:{b}' for a, b in ranges)}, not shards dreamshard cuts (k equal "
+            "column shards, k a power of two, widths multiples of 4; or the even row ranges of "
+            "tables.shards.row_bounds)"
+        )
+    cut = "column" if axis else "row"
+    split = Split(table.name, cut, len(ranges)) if len(ranges) > 1 else None
+    return split, [rank for _, _, rank in pieces]
 
+
+def cuts_like_ours(table: Table, kind: str, ranges: list[tuple[int, int]], shards: list) -> bool:
+    """Whether shards of a `kind` sharding covering `ranges` (in order) of the axis it cuts,
+    and the other axis whole, are the shards of one of our splits (or the whole table)."""
+    axis = CUT_AXIS[kind]
+    cut, parts = ("column" if axis else "row"), len(ranges)
+    if parts != 1 and (kind == "table_wise" or split_problem(table, cut, parts)):
+        return False
+    full = (table.rows, table.dim)[1 - axis]
+    return ranges == our_ranges(table, cut, parts) and all(
+        int(s.shard_offsets[1 - axis]) == 0 and int(s.shard_sizes[1 - axis]) == full for s in shards
+    )
+
+
+def our_ranges(table: Table, cut: str, parts: int) -> list[tuple[int, int]]:
+    """The column or row ranges of our `parts` shards of `table` along `cut`."""
+    if parts == 1:
+        return [(0, table.dim if cut == "column" else table.rows)]
+    if cut == "row":
+        return row_bounds(table.rows, parts)  # as split_table cuts them, without the trace
+    return [(s.shard.start, s.shard.stop) for s in split_table(table, cut, parts)]
+
+
+def torchrec_place(
+    task: PlacementTask, seed: int = 0, reserve: bool = True, split: str = "none"
+) -> Placement:
+    """TorchRec's plan for the task, checked legal under our caps.
+
+    `split="none"`: table-wise only. `split="auto"`: TorchRec may also shard tables column-wise
+    and row-wise (`sharding_options`), and its plan comes back with our splits.
     `reserve=False` plans on the full cap (no HBM share, no KJT room kept back), the same memory
     our planners get. `seed` is unused: TorchRec's planner is deterministic.
     """
+    if split not in SPLIT_MODES:
+        raise DreamshardError(
+            f"unknown split mode {split!r}; choose one of {', '.join(SPLIT_MODES)}"
+        )
     require_torchrec()
     task.validate()
-    plan = plan_with_torchrec(torchrec_request(task, reserve))
+    plan = plan_with_torchrec(torchrec_request(task, reserve, split))
     placement = placement_from_sharding(task, plan.plan[""])
     check_legal(task, placement)
     return placement
