@@ -96,8 +96,8 @@ def test_split_placements_measure_with_row_partials_at_full_width_and_labelled(t
     dataset = CostDataset(tmp_path / "costs.sqlite")
     for name, placement in (("column", COLUMN), ("row", ROW)):
         dataset.append(name, TASK, placement, costs[name], backend.config())
-    features, fwd, bwd, ids = measured_groups(dataset)
-    assert len(features) == 4 and (fwd > 0).all() and (bwd > 0).all()
+    features, fwd, bwd, ids, with_shards = measured_groups(dataset)
+    assert len(features) == 4 and (fwd > 0).all() and (bwd > 0).all() and with_shards.all()
     for row, placement in zip(dataset.rows(), (COLUMN, ROW)):
         task, stored = record_task(row)
         assert task.tables == placement_task(TASK, placement).tables
