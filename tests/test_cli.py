@@ -193,3 +193,25 @@ def test_unreadable_file(cli, tmp_path):
     result = cli("place", "--tables", str(folder), "--devices", "2", "--mem-gb", "1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "cannot read" in result.stderr
+
+
+def test_optimizer_state_counts_in_memory(cli, tmp_path):
+    """Adam keeps two fp32 numbers per weight: a table that fits whole under SGD is split."""
+    spec = tmp_path / "spec.csv"
+    spec.write_text("name,rows,dim,pooling_factor\na,1000000,64,10\nb,1000,16,2\n")
+    plan_path = tmp_path / "plan.json"
+    args = ["place", "--tables", str(spec), "--devices", "2", "--mem-gb", "0.5"]
+    sgd = cli(*args, "--method", "random", "--out", str(plan_path))  # splits for memory only
+    assert sgd.returncode == 0, sgd.stderr
+    plan = json.loads(plan_path.read_text())
+    assert plan["optimizer"] == "sgd" and plan["splits"] == []
+    assert sum(d["memory_bytes"] for d in plan["devices"]) == 1_000_000 * 64 * 2 + 1000 * 16 * 2
+    adam = cli(*args, "--method", "random", "--optimizer", "adam", "--out", str(plan_path))
+    assert adam.returncode == 0, adam.stderr
+    plan = json.loads(plan_path.read_text())
+    assert plan["optimizer"] == "adam" and plan["splits"][0]["table"] == "a"
+    weights_and_state = (1_000_000 * 64 + 1000 * 16) * (2 + 2 * 4)
+    assert sum(d["memory_bytes"] for d in plan["devices"]) == weights_and_state
+    assert all(d["memory_bytes"] <= 2**29 for d in plan["devices"])
+    refused = cli(*args, "--optimizer", "adam", "--split", "none")
+    assert refused.returncode == 2 and "more than one device" in refused.stderr

@@ -21,7 +21,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory, shard_view
 from dreamshard.report import format_table
-from dreamshard.tables.table import BYTES_PER_WEIGHT
+from dreamshard.tables.table import BYTES_PER_WEIGHT, OPTIMIZER_STATE_WORDS
 
 
 def cmd_tables_generate(args: argparse.Namespace) -> None:
@@ -85,7 +85,9 @@ def cmd_place(args: argparse.Namespace) -> None:
 
     tables = load_table_source(args)
     cap = int(args.mem_gb * GIB)
-    task = PlacementTask(tuple(tables), args.devices, cap, args.precision, str(args.tables))
+    task = PlacementTask(
+        tuple(tables), args.devices, cap, args.precision, str(args.tables), args.optimizer
+    )
     model, note = args.model, None
     if args.method in ("dreamshard", "dreamshard_search"):
         from dreamshard.learn.coverage import outside_training
@@ -113,7 +115,7 @@ def cmd_place(args: argparse.Namespace) -> None:
         took = f"planned and measured in {elapsed:.1f} s"
     print(
         f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
-        f"({args.precision}), {took}"
+        f"({args.precision}{'' if args.optimizer == 'sgd' else ', ' + args.optimizer}), {took}"
     )
     if refinement is not None:
         print(refinement.summary())
@@ -249,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(BYTES_PER_WEIGHT),
         default="fp16",
         help="weight precision for memory (default fp16, as in the paper)",
+    )
+    pl.add_argument(
+        "--optimizer",
+        choices=list(OPTIMIZER_STATE_WORDS),
+        default="sgd",
+        help="the optimizer training fuses into the kernel, whose state (fp32) counts in memory "
+        "beside the weights: sgd none (default, what we measure with), rowwise_adagrad one "
+        "number per row, adagrad one per weight, adam two",
     )
     pl.add_argument(
         "--split",

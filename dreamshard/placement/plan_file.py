@@ -20,7 +20,7 @@ from dreamshard.placement.tasks import (
     shard_task,
 )
 from dreamshard.tables.shards import SPLIT_KINDS, Split
-from dreamshard.tables.table import BYTES_PER_WEIGHT
+from dreamshard.tables.table import BYTES_PER_WEIGHT, OPTIMIZER_STATE_WORDS
 
 PLAN_FORMAT = "dreamshard-plan"
 PLAN_VERSION = 2  # 2 carries shards (splits); version 1 (tables only) still reads
@@ -41,6 +41,7 @@ def plan_to_dict(task: PlacementTask, placement: Placement) -> dict[str, Any]:
         "num_devices": task.num_devices,
         "memory_cap_bytes": task.memory_cap_bytes,
         "precision": task.precision,
+        "optimizer": task.optimizer,
         "splits": [asdict(s) for s in placement.splits],
         "placement": {t.name: int(d) for t, d in zip(task.tables, placement.devices)},
         "devices": [
@@ -131,6 +132,7 @@ class PlanFile(BaseModel):
     num_devices: int = Field(gt=0)
     memory_cap_bytes: int = Field(gt=0)
     precision: Literal[*BYTES_PER_WEIGHT] = "fp16"
+    optimizer: Literal[*OPTIMIZER_STATE_WORDS] = "sgd"  # its state counts in memory_bytes
     splits: list[SplitRecord] = []  # version 2
     placement: dict[str, Annotated[int, Field(ge=0)]]
     devices: list[DeviceRecord] = []

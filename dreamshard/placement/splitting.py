@@ -27,7 +27,7 @@ from dataclasses import replace
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.report import format_bytes
-from dreamshard.tables.shards import Split, max_column_parts
+from dreamshard.tables.shards import Split, max_column_parts, split_table
 from dreamshard.tables.table import Table
 
 SPLIT_MODES = ("none", "auto")
@@ -37,14 +37,15 @@ def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
     """The splits without which some table fits no device (see the module's docstring)."""
     cap, splits = task.memory_cap_bytes, []
     for table in task.tables:
-        size = table.bytes(task.precision)
+        size = task.bytes_of(table)
         if size <= cap:
             continue
         most = max_column_parts(table, task.num_devices)
-        parts = 1
-        while size / parts > cap and parts < most:
-            parts *= 2
-        if size / parts <= cap:
+        parts, shard = 1, size
+        while shard > cap and parts < most:
+            parts *= 2  # a column shard's bytes: its width's weights, its own optimizer state
+            shard = task.bytes_of(split_table(table, "column", parts)[0])
+        if shard <= cap:
             splits.append(Split(table.name, "column", parts))
             continue
         rows = math.ceil(size / cap)

@@ -15,7 +15,12 @@ import numpy as np
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_bytes
 from dreamshard.tables.shards import Split, split_table, validate_splits
-from dreamshard.tables.table import BYTES_PER_WEIGHT, Table, validate_table
+from dreamshard.tables.table import (
+    BYTES_PER_WEIGHT,
+    OPTIMIZER_STATE_WORDS,
+    Table,
+    validate_table,
+)
 
 GIB = 2**30
 
@@ -29,13 +34,19 @@ class PlacementTask:
     memory_cap_bytes: int
     precision: str = "fp16"
     name: str = ""
+    optimizer: str = "sgd"  # whose state counts in memory beside the weights
+
+    def bytes_of(self, table: Table) -> int:
+        """A table's bytes in this task: weights at its precision plus optimizer state."""
+        return table.bytes(self.precision, self.optimizer)
 
     def table_bytes(self) -> np.ndarray:
-        """Bytes of each table at the task's precision (a copy; computed once per task, since
-        planners ask for it often and 856 tables take a millisecond or two)."""
+        """Bytes of each table at the task's precision, with its optimizer's state (a copy;
+        computed once per task, since planners ask for it often and 856 tables take a
+        millisecond or two)."""
         sizes = self.__dict__.get("_table_bytes")
         if sizes is None:
-            sizes = np.array([t.bytes(self.precision) for t in self.tables], dtype=np.int64)
+            sizes = np.array([self.bytes_of(t) for t in self.tables], dtype=np.int64)
             object.__setattr__(self, "_table_bytes", sizes)  # frozen: set past the guard
         return sizes.copy()
 
@@ -50,6 +61,11 @@ class PlacementTask:
         if self.precision not in BYTES_PER_WEIGHT:
             raise DreamshardError(
                 f"unknown precision {self.precision!r}; choose one of {', '.join(BYTES_PER_WEIGHT)}"
+            )
+        if self.optimizer not in OPTIMIZER_STATE_WORDS:
+            raise DreamshardError(
+                f"unknown optimizer {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZER_STATE_WORDS)}"
             )
         if not self.tables:
             raise DreamshardError("the task has no tables")
@@ -76,9 +92,7 @@ def shard_task(task: PlacementTask, splits: tuple[Split, ...]) -> PlacementTask:
         for table in task.tables:
             split = by_table.get(table.name)
             tables.extend(split_table(table, split.kind, split.parts) if split else (table,))
-        cache[key] = PlacementTask(
-            tuple(tables), task.num_devices, task.memory_cap_bytes, task.precision, task.name
-        )
+        cache[key] = replace(task, tables=tuple(tables))
     return cache[key]
 
 

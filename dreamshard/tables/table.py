@@ -11,6 +11,14 @@ from dreamshard.errors import DreamshardError
 
 NUM_BINS = 17
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2}
+# Optimizer state a fused TBE keeps per table, in fp32 (fbgemm's optimizers, as TorchRec fuses
+# them): plain SGD none, row-wise Adagrad one number per row, Adagrad one per weight, Adam two.
+OPTIMIZER_STATE_WORDS = {
+    "sgd": lambda rows, dim: 0,
+    "rowwise_adagrad": lambda rows, dim: rows,
+    "adagrad": lambda rows, dim: rows * dim,
+    "adam": lambda rows, dim: 2 * rows * dim,
+}
 MIN_ROWS_FROM_TRACE = 100  # DreamShard floors rows taken from a trace (max index + 1) at 100
 
 # Fraction of unique rows by access count in the public data set's main 2021 file
@@ -82,9 +90,11 @@ class Table:
         """Number of weights, rows * dim."""
         return self.rows * self.dim
 
-    def bytes(self, precision: str = "fp16") -> int:
-        """Bytes the weights take at `precision` (EXACT_SGD keeps no optimizer state)."""
-        return self.size * BYTES_PER_WEIGHT[precision]
+    def bytes(self, precision: str = "fp16", optimizer: str = "sgd") -> int:
+        """Bytes the weights take at `precision`, plus the state `optimizer` keeps (fp32;
+        plain SGD, what we measure with, keeps none)."""
+        state = OPTIMIZER_STATE_WORDS[optimizer](self.rows, self.dim) * 4
+        return self.size * BYTES_PER_WEIGHT[precision] + state
 
 
 def histogram_bin(counts: np.ndarray) -> np.ndarray:
