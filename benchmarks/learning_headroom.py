@@ -92,7 +92,7 @@ def search_reference(backend: SimulatedBackend, model: DreamShardModel, seconds:
     def plan(task: PlacementTask, seed: int) -> Placement:
         score = analytic_scorer(task, backend)
         starts = [greedy_place(task, key) for key in HEURISTIC_KEYS]
-        starts.append(place(task, "dreamshard", seed, model=model))
+        starts.append(place(task, "dreamshard", seed, model=model, split="none"))
         found = [local_search(task, s, score, seconds, seed=seed) for s in starts]
         best = min(found, key=lambda r: r.cost)
         return Placement(best.placement.devices, "search_reference")
@@ -118,7 +118,7 @@ def ranking(model: DreamShardModel, backend: SimulatedBackend, task: PlacementTa
     candidates += [greedy_place(task, key) for key in HEURISTIC_KEYS]
     own_greedy = costnet_greedy(task, model.costnet)
     candidates += [own_greedy] if own_greedy is not None else []
-    candidates.append(place(task, "search_analytic"))
+    candidates.append(place(task, "search_analytic", split="none"))
     unique = list({c.devices: c for c in candidates}.values())
     exact = backend.overall_many(task, unique)
     return float(stats.spearmanr(predicted_overall(model, task, unique), exact).statistic)

@@ -310,11 +310,14 @@ def main() -> None:
     suite = make_suite(parse_suite_name(args.suite, 1, args.placements))
     methods = list(PLANNERS)
     items = [
-        (t, place(t, methods[i % len(methods)], seed=i)) for i, t in enumerate(suite.test_tasks)
+        (t, place(t, methods[i % len(methods)], seed=i, split="none"))
+        for i, t in enumerate(suite.test_tasks)
     ]
     # drift: two tasks x the four heuristics, the placements a planner chooses among
     heuristics = [m for m in methods if m != "random"]
-    drift_items = [(t, place(t, m, seed=0)) for t in suite.test_tasks[:2] for m in heuristics]
+    drift_items = [
+        (t, place(t, m, seed=0, split="none")) for t in suite.test_tasks[:2] for m in heuristics
+    ]
     backend = FbgemmBackend()
     backend.measure(*items[0])  # load fbgemm and fill the trace cache outside every figure
     runs = {
