@@ -1,0 +1,254 @@
+"""`DreamShardPlanner`: dreamshard behind TorchRec's planner interface, for DMP.
+
+    planner = DreamShardPlanner(topology, model="models:/dreamshard-policy@champion")
+    plan = planner.collective_plan(model, sharders, pg)
+    model = DistributedModelParallel(model, device=device, plan=plan, sharders=sharders)
+
+It reads every `EmbeddingBagCollection` in the model (`torchrec_tables`), makes one placement
+task over all their tables with the memory of TorchRec's `Topology` (after TorchRec's storage
+reservation unless `reserve=False`), places it with any method `dreamshard.methods.place` knows,
+and hands back the placement as a `ShardingPlan` with one module plan per collection
+(`torchrec_export`), its shards on the topology's compute device. A table it cannot place, or a
+model without tables, is one DreamshardError line, on every rank under `collective_plan`.
+Importing this module imports TorchRec (`make torchrec`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch.distributed as dist
+
+from dreamshard.errors import DreamshardError
+from dreamshard.integrations.torchrec_export import sharding_plan_from_dict, torchrec_plan_dict
+from dreamshard.integrations.torchrec_tables import ModelTable, model_tables
+from dreamshard.methods import LEARNED, METHODS, place, resolve_model
+from dreamshard.placement.tasks import PlacementTask
+from dreamshard.planners.torchrec_planner import INSTALL_HINT, quiet_torchrec
+from dreamshard.report import format_bytes
+
+try:
+    from torchrec.distributed.types import ShardingPlanner
+except ImportError:
+    raise DreamshardError(INSTALL_HINT) from None
+
+TORCHREC_BATCH_SIZE = 512  # torchrec.distributed.planner.constants.BATCH_SIZE
+INDEXED_DEVICES = ("cuda", "mtia")  # devices named with a local index ("cuda:1"); cpu is not
+
+
+class DreamShardPlanner(ShardingPlanner):
+    """TorchRec's `ShardingPlanner` with a dreamshard method inside.
+
+    `topology`: TorchRec's `Topology` (world size, compute device, HBM/DDR per device); None
+    builds one from the initialised process group, as TorchRec's planner does. Device memory is
+    the smallest device's HBM (cuda) or DDR (cpu). `reserve`: True applies TorchRec's default
+    `HeuristicalStorageReservation` (15%, input batches, dense parameters) first, False plans on
+    the whole memory, or pass any TorchRec `StorageReservation`. `method`: a name from
+    `dreamshard.methods.METHODS`; `model`: what a learned method needs (a model file, a `train
+    --out` folder, `models:/dreamshard-policy@champion`). `batches`: sample KeyedJaggedTensors for
+    the tables' statistics (else the defaults of `torchrec_tables`); `batch_size`: the per-rank
+    batch TorchRec's reservation assumes (default: the batches' size, else TorchRec's 512).
+    """
+
+    def __init__(
+        self,
+        topology=None,
+        method: str = "dreamshard",
+        model=None,
+        batches=None,
+        reserve=True,
+        batch_size: int | None = None,
+        seed: int = 0,
+        samples: int = 8,
+    ) -> None:
+        if method not in METHODS:
+            raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        self.topology = topology if topology is not None else default_topology()
+        self.method, self.model, self.seed, self.samples = method, model, seed, samples
+        self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
+        self.reserve = reserve
+        self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
+        self._model = None  # a learned method's model, resolved on the first plan
+
+    def tables(self, module) -> list[ModelTable]:
+        """The model's tables as placed, with their statistics and where they sit."""
+        return model_tables(module, self.batches)
+
+    def task(self, module, sharders=None, tables: list[ModelTable] | None = None) -> PlacementTask:
+        """The placement task the planner solves for `module`: its tables, the topology's
+        devices and memory per device (after the reservation)."""
+        tables = self.tables(module) if tables is None else tables
+        precisions = {t.precision for t in tables}
+        return PlacementTask(
+            tuple(t.table for t in tables),
+            self.topology.world_size,
+            self.memory_per_device(module, sharders or default_sharders(), tables),
+            precision="fp16" if precisions == {"fp16"} else "fp32",  # mixed: counted wide
+            name=f"{type(module).__name__} ({len(tables)} tables)",
+        )
+
+    def memory_per_device(self, module, sharders: list, tables: list[ModelTable]) -> int:
+        """Bytes each device offers the tables: the smallest device's, after the reservation."""
+        topology = self.topology
+        if self.reserve is not False:
+            reservation = self.reserve if self.reserve is not True else default_reservation()
+            with quiet_torchrec():
+                topology = reservation.reserve(
+                    topology, self.batch_size, module, sharders, pooling_constraints(tables)
+                )
+        kind = "hbm" if topology.compute_device in INDEXED_DEVICES else "ddr"
+        return min(getattr(device.storage, kind) for device in topology.devices)
+
+    def plan(self, module, sharders=None):
+        """A `ShardingPlan` for every EmbeddingBagCollection in `module`."""
+        sharders = sharders or default_sharders()
+        tables = self.tables(module)
+        task = self.task(module, sharders, tables)
+        if task.memory_cap_bytes <= 0:
+            raise DreamshardError(
+                f"DreamShardPlanner: the topology leaves no memory for tables on its "
+                f"{task.num_devices} {self.topology.compute_device} devices after the reservation; "
+                "give the devices more memory or pass reserve=False"
+            )
+        if self.method in LEARNED and self.method != "rnn" and self._model is None:
+            self._model = resolve_model(self.model)  # once: a registry model loads in seconds
+        try:
+            placement = place(task, self.method, self.seed, self._model or self.model, self.samples)
+        except DreamshardError as exc:
+            raise DreamshardError(
+                f"DreamShardPlanner ({self.method}) cannot place the model's {len(tables)} tables "
+                f"on {task.num_devices} {self.topology.compute_device} devices of "
+                f"{format_bytes(task.memory_cap_bytes)}: {exc}"
+            ) from None
+        return self.sharding_plan(module, sharders, task, placement, tables)
+
+    def sharding_plan(self, module, sharders: list, task, placement, tables: list[ModelTable]):
+        """The placement as one module plan per collection, on the topology's devices."""
+        data = torchrec_plan_dict(task, placement, "", self.topology.local_world_size)
+        entries = data["plan"][""]
+        modules: dict[str, dict] = {}
+        for t in tables:
+            entry = entries[t.table.name]
+            for shard in entry["shards"]:
+                shard["placement"] = self.device_of(shard["placement"])
+            modules.setdefault(t.module_path, {})[t.config_name] = entry
+        for path, module_plan in modules.items():
+            check_sharder(module.get_submodule(path), path, module_plan, sharders, self.topology)
+        data["plan"] = modules
+        return sharding_plan_from_dict(data)
+
+    def device_of(self, placement: str) -> str:
+        """A shard placement ("rank:r/cuda:i") on the topology's compute device."""
+        rank = int(re.fullmatch(r"rank:(\d+)/.+", placement).group(1))
+        device = self.topology.compute_device
+        if device in INDEXED_DEVICES:
+            return f"rank:{rank}/{device}:{rank % self.topology.local_world_size}"
+        return f"rank:{rank}/{device}"
+
+    def collective_plan(self, module, sharders=None, pg=None):
+        """Plan on rank 0 and broadcast the plan, or rank 0's error, to every rank."""
+        if pg is None:
+            if not dist.is_initialized():
+                raise DreamshardError(
+                    "collective_plan needs torch.distributed initialised (or pass pg); "
+                    "use plan() in a single process"
+                )
+            pg = dist.GroupMember.WORLD
+        if pg.size() != self.topology.world_size:
+            raise DreamshardError(
+                f"the process group has {pg.size()} ranks but the topology "
+                f"{self.topology.world_size} devices"
+            )
+        result: list = [None, None]  # [plan, error]: the other ranks must not wait forever
+        failure = None
+        if pg.rank() == 0:
+            try:
+                result = [self.plan(module, sharders), None]
+            except Exception as exc:  # any failure: sent on, then raised on rank 0 as it was
+                failure = exc
+                result = [None, str(exc) if isinstance(exc, DreamshardError) else repr(exc)]
+        if pg.size() > 1:
+            dist.broadcast_object_list(result, group=pg, group_src=0)
+        if failure is not None:
+            raise failure
+        if result[1] is not None:
+            raise DreamshardError(result[1])
+        return result[0]
+
+
+def check_sharder(collection, path: str, module_plan: dict, sharders: list, topology) -> None:
+    """DreamshardError unless a sharder takes the collection with the plan's sharding types and
+    kernels on the topology's device (DistributedModelParallel would fail later, less clearly)."""
+    sharder = next((s for s in sharders if isinstance(collection, s.module_type)), None)
+    where = (
+        f"the EmbeddingBagCollection at {path!r}" if path else "the model's EmbeddingBagCollection"
+    )
+    if sharder is None:
+        raise DreamshardError(
+            f"no sharder for {where}: pass EmbeddingBagCollectionSharder() among the sharders"
+        )
+    device = topology.compute_device
+    for name, entry in module_plan.items():
+        kind, kernel = entry["sharding_type"], entry["compute_kernel"]
+        if kind not in sharder.sharding_types(device) or kernel not in sharder.compute_kernels(
+            kind, device
+        ):
+            raise DreamshardError(
+                f"table {name}: {type(sharder).__name__} offers no {kind} sharding with the "
+                f"{kernel} kernel on {device}"
+            )
+
+
+def default_topology():
+    """TorchRec's own default: the process group's world, cuda when present, else cpu."""
+    import torch
+    from torchrec.distributed.planner import Topology
+
+    if not dist.is_initialized():
+        raise DreamshardError(
+            "DreamShardPlanner needs a Topology (world size, device, memory) when "
+            "torch.distributed is not initialised"
+        )
+    with quiet_torchrec():
+        return Topology(
+            world_size=dist.get_world_size(),
+            compute_device="cuda" if torch.cuda.is_available() else "cpu",
+        )
+
+
+def default_reservation():
+    """TorchRec's planner's default: 15% of HBM, input batches, dense parameters."""
+    from torchrec.distributed.planner.storage_reservations import (
+        HeuristicalStorageReservation,
+    )
+
+    with quiet_torchrec():  # its FutureWarning: it may over-count dense tensors in a dry run
+        return HeuristicalStorageReservation(percentage=0.15)
+
+
+def default_sharders() -> list:
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    return [EmbeddingBagCollectionSharder()]
+
+
+def pooling_constraints(tables: list[ModelTable]) -> dict:
+    """TorchRec's ParameterConstraints carrying our pooling factors, so that its reservation
+    counts the input batches of these statistics."""
+    from torchrec.distributed.planner import ParameterConstraints
+
+    return {
+        t.config_name: ParameterConstraints(pooling_factors=list(t.feature_pooling)) for t in tables
+    }
+
+
+def _is_kjt(batches) -> bool:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    return isinstance(batches, KeyedJaggedTensor)
+
+
+def _batch_size(batches) -> int | None:
+    if batches is None:
+        return None
+    return max(b.stride() for b in ([batches] if _is_kjt(batches) else batches))
