@@ -13,7 +13,9 @@ gradients DMP all-reduces). Its input is its share of the tables' traces: bags
 step. Rounds interleave the plans: in each round every plan runs `warmup` then `steps`
 steps, in an order shuffled per round (the same on every rank); each step starts from a barrier
 and ends when this rank's optimizer step is done, so a rank's step time includes its waits in
-the all-to-alls. Rank 0 writes, per rank, the median step of every (round, plan).
+the all-to-alls. Rank 0 writes, per rank, the median step of every (round, plan): its wall
+clock, and this process's CPU time during the step, which leaves out the time it was preempted
+by other work on a shared host and the time it was blocked waiting for the other ranks.
 
 This program sits at the top of the stack, as a user's TorchRec program would: it imports the
 plan conversion from `dreamshard.integrations.torchrec_export`; nothing imports it.
@@ -160,20 +162,22 @@ def _sync(device: torch.device) -> None:
 
 def run_steps(
     model, optimizer, batch, labels, count: int, device: torch.device
-) -> tuple[list[float], float]:
-    """`count` training steps: the milliseconds of each, and the last loss."""
+) -> tuple[np.ndarray, float]:
+    """`count` training steps: [count, 2] milliseconds (wall clock, this process's CPU time)
+    of each, and the last loss."""
     times, loss = [], None
     for _ in range(count):
         dist.barrier()
         _sync(device)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         loss = model(batch, labels)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         _sync(device)
-        times.append((time.perf_counter() - start) * 1000.0)
-    return times, float(loss.detach()) if loss is not None else float("nan")
+        times.append((time.perf_counter() - start, time.process_time() - cpu_start))
+    last = float(loss.detach()) if loss is not None else float("nan")
+    return np.array(times).reshape(-1, 2) * 1000.0, last
 
 
 def run_rank(job: dict) -> dict:
@@ -195,8 +199,7 @@ def run_rank(job: dict) -> dict:
         plan = build_plan(torchrec_plan_json(entry, tables, device))
         models.append(build_model(tables, plan, job, device))
     rounds, plans = job["rounds"], len(models)
-    step_ms = np.zeros((rounds, plans))
-    spread = np.zeros((rounds, plans))
+    step_ms, cpu_ms, spread = (np.zeros((rounds, plans)) for _ in range(3))
     losses = [[float("nan"), float("nan")] for _ in models]
     order_rng = np.random.default_rng(job["seed"])  # the same order on every rank
     for r in range(rounds):
@@ -206,11 +209,12 @@ def run_rank(job: dict) -> dict:
             if r == 0:
                 losses[p][0] = loss  # after the first warm-up steps
             timed, losses[p][1] = run_steps(model, optimizer, batch, labels, job["steps"], device)
-            step_ms[r, p] = float(np.median(timed))
-            spread[r, p] = float(np.std(timed) / np.mean(timed))
+            step_ms[r, p], cpu_ms[r, p] = np.median(timed, axis=0)
+            spread[r, p] = timed[:, 0].std() / timed[:, 0].mean()
     return {
         "device": str(device),
         "step_ms": step_ms.tolist(),
+        "cpu_ms": cpu_ms.tolist(),
         "cv": spread.tolist(),
         "loss": losses,
         "sharding_types": [sorted(sharding_types(m)) for m, _ in models],

@@ -1,5 +1,7 @@
 """The `dmp` backend: real TorchRec training steps under torchrun (2 gloo ranks, tiny tables)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -30,7 +32,8 @@ def test_plans_train_under_dmp_in_interleaved_rounds():
     assert run.process_group == "gloo"
     assert run.step_ms.shape == (2, 2, 2)  # ranks, rounds, plans
     assert np.all(run.step_ms > 0) and np.all(np.isfinite(run.step_ms))
-    assert np.array_equal(run.overall, run.step_ms.max(axis=0))
+    assert np.array_equal(run.overall(), run.step_ms.max(axis=0))
+    assert np.all(run.cpu_ms > 0) and np.all(np.isfinite(run.cpu_ms))
     assert run.sharding_types == [["table_wise"], ["table_wise"]]
     for per_rank in run.losses:  # the same batch every step: training lowers its loss
         for first, last in per_rank:
@@ -38,7 +41,9 @@ def test_plans_train_under_dmp_in_interleaved_rounds():
     cost = run.placement_cost(1, 0)
     assert cost.backend == "dmp" and cost.comm == "measured" and cost.info["terms"] == "step"
     assert len(cost.devices) == 2  # one record per rank
-    assert cost.overall == pytest.approx(run.overall[1, 0])
+    assert cost.overall == pytest.approx(run.overall()[1, 0])
+    on_cpu_clock = replace(run, clock="cpu").placement_cost(1, 0)
+    assert on_cpu_clock.overall == pytest.approx(run.cpu_ms[:, 1, 0].max())
     for device in cost.devices:  # the whole step in fwd_comp
         assert device.fwd_comp > 0 and device.fwd_comm == device.bwd_comm == device.bwd_comp == 0
 

@@ -8,9 +8,14 @@ after a warm-up (`gpu_tasks/dmp_step.py`); the cost is the slowest rank's median
 
 A step is not split into DreamShard's four terms: a rank's whole median step is recorded as its
 `fwd_comp`, the other three terms are 0 and `info["terms"]` says so (communication is measured,
-inside the step). Several plans of one task are measured in one launch by `measure_plans`, in
-interleaved rounds (plans in a fresh order each round), and TorchRec's own plans, which may be
-data-parallel and so not a `Placement`, are measured the same way from their JSON form.
+inside the step). The step is timed by the wall clock; `StepConfig(clock="cpu")` takes each
+rank's CPU time during the step instead (the CPU only), which a busy shared host disturbs far
+less: it leaves out the time a rank was preempted and the time it waited for the other ranks,
+so the slowest rank's is its own work, the part a placement balances.
+
+Several plans of one task are measured in one launch by `measure_plans`, in interleaved rounds
+(plans in a fresh order each round), and TorchRec's own plans, which may be data-parallel and
+so not a `Placement`, are measured the same way from their JSON form.
 """
 
 from __future__ import annotations
@@ -51,34 +56,41 @@ class StepConfig:
     threads: int = 1  # per rank, on the CPU
     device: str = "auto"  # "auto": CUDA when present (one GPU per rank), else the CPU
     seed: int = 0
+    clock: str = "wall"  # or "cpu": each rank's CPU time during the step (CPU runs only)
 
 
 @dataclass(frozen=True)
 class DmpRun:
     """Step times of several plans of one task, measured in interleaved rounds in one launch."""
 
-    step_ms: np.ndarray  # [ranks, rounds, plans]: each rank's median step of each turn
-    cv: np.ndarray  # [ranks, rounds, plans]: spread of the timed steps of each turn
+    step_ms: np.ndarray  # [ranks, rounds, plans]: each rank's median step of each turn (wall)
+    cpu_ms: np.ndarray  # [ranks, rounds, plans]: the same, the rank's CPU time in the step
+    cv: np.ndarray  # [ranks, rounds, plans]: spread of the timed steps of each turn (wall)
     losses: list  # per plan, per rank: [loss after the first warm-up, loss at the end]
     sharding_types: list[list[str]]  # per plan
     process_group: str
     batch: int  # the global batch (per rank: batch // ranks)
+    clock: str = "wall"  # which of the two `overall` and `placement_cost` take
     info: dict = field(default_factory=dict)
 
-    @property
-    def overall(self) -> np.ndarray:
-        """[rounds, plans]: the slowest rank's median step."""
-        return self.step_ms.max(axis=0)
+    def per_rank(self, clock: str | None = None) -> np.ndarray:
+        return self.cpu_ms if (clock or self.clock) == "cpu" else self.step_ms
+
+    def overall(self, clock: str | None = None) -> np.ndarray:
+        """[rounds, plans]: the slowest rank's median step (by `clock`, default the run's)."""
+        return self.per_rank(clock).max(axis=0)
 
     def placement_cost(self, round_: int, plan: int) -> PlacementCost:
+        ms = self.per_rank()
         devices = tuple(
-            DeviceCost(
-                float(self.step_ms[r, round_, plan]), 0.0, 0.0, 0.0, float(self.cv[r, round_, plan])
-            )
-            for r in range(self.step_ms.shape[0])
+            DeviceCost(float(ms[r, round_, plan]), 0.0, 0.0, 0.0, float(self.cv[r, round_, plan]))
+            for r in range(ms.shape[0])
         )
         info = {
             "terms": STEP_TERMS,
+            "clock": self.clock,
+            "wall_ms": self.step_ms[:, round_, plan].tolist(),
+            "cpu_ms": self.cpu_ms[:, round_, plan].tolist(),
             "batch": self.batch,
             "process_group": self.process_group,
             "sharding_types": self.sharding_types[plan],
@@ -94,6 +106,10 @@ class DmpBackend:
     retries: int = 1
     timeout_s: float = 3600.0
     name: str = field(default="dmp", init=False)
+
+    def __post_init__(self):
+        if self.steps.clock not in ("wall", "cpu"):
+            raise DreamshardError(f"unknown clock {self.steps.clock!r}; use wall or cpu")
 
     def device_kind(self) -> str:
         if self.steps.device != "auto":
@@ -141,11 +157,13 @@ class DmpBackend:
         ranks = result["ranks"]
         return DmpRun(
             step_ms=np.array([r["step_ms"] for r in ranks]),
+            cpu_ms=np.array([r["cpu_ms"] for r in ranks]),
             cv=np.array([r["cv"] for r in ranks]),
             losses=[[r["loss"][p] for r in ranks] for p in range(len(entries))],
             sharding_types=ranks[0]["sharding_types"],
             process_group=result["backend"],
             batch=batch,
+            clock=self.steps.clock,
             info={"started": started, "finished": finished, "device": ranks[0]["device"]},
         )
 
@@ -167,6 +185,8 @@ class DmpBackend:
         if self.device_kind() == "cuda":
             import torch
 
+            if self.steps.clock == "cpu":
+                raise DreamshardError("clock cpu times CPU runs only; on GPUs use the wall clock")
             if ranks > torch.cuda.device_count():
                 raise DreamshardError(
                     f"the dmp backend runs one rank per GPU: {ranks} devices asked, "
