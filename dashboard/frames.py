@@ -14,7 +14,8 @@ from dreamshard.evaluation.results import Evaluation
 from dreamshard.files import read_json
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
-from dreamshard.tables.table import BYTES_PER_WEIGHT
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
+from dreamshard.tables.shards import Split
 
 MIB = 2**20
 FEATURE_ABLATION = Path(__file__).resolve().parents[1] / "benchmarks/results/feature_ablation.json"
@@ -26,23 +27,55 @@ def cost_source(backend: str) -> str:
     return "measured" if backend == "fbgemm" else backend
 
 
-def placement_tables(tables: list[dict], devices: list[int], precision: str) -> pd.DataFrame:
-    """One row per table: its device and features (name, rows, dim, pooling factor, MiB)."""
+def placement_tables(task: PlacementTask, placement: Placement) -> pd.DataFrame:
+    """One row per shard placed (an unsplit table is its own shard): its name (a split table's
+    shards are `name[c0:c1]` or `name[r0:r1]`), the table it is `of`, how that table is split
+    (`split`, empty when whole), its device and features (rows, dim, pooling factor, MiB and
+    lookups per sample). DreamshardError when the shards cannot be made (a row split whose
+    trace cannot be read)."""
+    shards, plan = shard_view(task, placement)
+    kinds = {s.table: split_text(s) for s in placement.splits}
     frame = pd.DataFrame(
         [
             {
-                "table": t["name"],
+                "table": t.name,
+                "of": t.shard.of if t.shard else t.name,
+                "split": kinds.get(t.shard.of, "") if t.shard else "",
                 "device": int(d),
-                "rows": int(t["rows"]),
-                "dim": int(t["dim"]),
-                "pooling_factor": float(t["pooling_factor"]),
+                "rows": int(t.rows),
+                "dim": int(t.dim),
+                "pooling_factor": float(t.pooling_factor),
             }
-            for t, d in zip(tables, devices)
+            for t, d in zip(shards.tables, plan.devices)
         ]
     )
-    frame["memory_mib"] = frame["rows"] * frame["dim"] * BYTES_PER_WEIGHT[precision] / MIB
+    frame["memory_mib"] = shards.table_bytes() / MIB
     frame["lookups"] = frame["dim"] * frame["pooling_factor"]  # floats read per sample
     return frame
+
+
+def split_text(split: Split) -> str:
+    """How a table is split, as "column-wise into 4 shards"."""
+    return f"{split.kind}-wise into {split.parts} shards"
+
+
+def split_summary(placement: Placement, num_tables: int) -> str:
+    """How many of the task's `num_tables` tables the placement splits, and how; "" if none."""
+    if not placement.splits:
+        return ""
+    each = "; ".join(f"{s.table} {split_text(s)}" for s in placement.splits)
+    count = len(placement.splits)
+    return f"Split {count} of {num_tables} table{'s' if num_tables != 1 else ''}: {each}."
+
+
+def evaluated_placement(
+    evaluation: dict, task_name: str, planner: str
+) -> tuple[PlacementTask, Placement]:
+    """The task and the placement `planner` made of it in an `evaluation.json` (with its
+    splits; results written before splits existed have none)."""
+    result = Evaluation.from_dict(evaluation)
+    t = [task.name for task in result.tasks].index(task_name)
+    return result.tasks[t], result.placements[t][result.planners.index(planner)]
 
 
 def planner_order(planners: list[str]) -> list[str]:

@@ -42,12 +42,13 @@ def tables_from_text(text: str, filename: str = "tables.csv") -> list[Table]:
 
 
 def place_tables(
-    task: PlacementTask, method: str, model: DreamShardModel | None = None
+    task: PlacementTask, method: str, model: DreamShardModel | None = None, split: str = "auto"
 ) -> Placement:
-    """A legal placement by a heuristic (`model` None) or by a DreamShard model's policy."""
+    """A legal placement by a heuristic (`model` None) or by a DreamShard model's policy;
+    `split` "auto" lets the planner split tables (`methods.place`), "none" places them whole."""
     if model is None:
-        return place(task, method)
-    return place(task, "dreamshard", model=model)
+        return place(task, method, split=split)
+    return place(task, "dreamshard", model=model, split=split)
 
 
 def predicted_breakdown(

@@ -6,6 +6,8 @@ directly.
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -26,6 +28,8 @@ TERM_NAMES = {
     "bwd_comp": "backward compute + update",
 }
 HEIGHT = 380
+# a split table's shards: strong colours, hatched, apart from the whole tables' Viridis scale
+SHARD_COLOURS = ["#E45756", "#F58518", "#B279A2", "#FF9DA6", "#9D755D", "#54A24B", "#4C78A8"]
 
 
 def mib_text(mib: float) -> str:
@@ -36,40 +40,71 @@ def device_labels(num_devices: int) -> list[str]:
     return [f"device {d}" for d in range(num_devices)]
 
 
+def table_bars(tables: pd.DataFrame, labels: list[str], marker: dict, **trace) -> go.Bar:
+    """One bar segment per row of `tables` on its device, named inside, features on hover."""
+    return go.Bar(
+        x=[labels[d] for d in tables["device"]],
+        y=tables["memory_mib"],
+        text=tables["table"],
+        textposition="inside",
+        insidetextanchor="middle",
+        marker=marker,
+        customdata=tables[["rows", "dim", "pooling_factor", "lookups"]].to_numpy(),
+        hovertemplate=(
+            "<b>%{text}</b> on %{x}<br>%{y:.1f} MiB<br>rows %{customdata[0]:,}"
+            "<br>dim %{customdata[1]}<br>pooling factor %{customdata[2]:.2f}"
+            "<br>lookups per sample %{customdata[3]:.0f}<extra></extra>"
+        ),
+        **trace,
+    )
+
+
 def tables_figure(tables: pd.DataFrame, num_devices: int, cap_mib: float) -> go.Figure:
     """Tables stacked on each device, height = memory, colour = lookups per sample; cap line.
 
-    `tables`: one row per table as `frames.placement_tables` gives it.
+    `tables`: one row per shard as `frames.placement_tables` gives it. A split table's shards
+    are hatched in one colour of their own (one legend entry per split table), stacked above
+    the whole tables of their device.
     """
     labels = device_labels(num_devices)
     ordered = tables.sort_values(["device", "memory_mib"], ascending=[True, False])
+    whole = ordered[ordered["table"] == ordered["of"]]
     fig = go.Figure(
-        go.Bar(
-            x=[labels[d] for d in ordered["device"]],
-            y=ordered["memory_mib"],
-            text=ordered["table"],
-            textposition="inside",
-            insidetextanchor="middle",
-            marker={
-                "color": ordered["lookups"],
+        table_bars(
+            whole,
+            labels,
+            {
+                "color": whole["lookups"],
                 "colorscale": "Viridis",
                 "line": {"color": "white", "width": 1},
                 "colorbar": {"title": {"text": "lookups<br>per sample<br>(dim × pooling)"}},
             },
-            customdata=ordered[["rows", "dim", "pooling_factor", "lookups"]].to_numpy(),
-            hovertemplate=(
-                "<b>%{text}</b> on %{x}<br>%{y:.1f} MiB<br>rows %{customdata[0]:,}"
-                "<br>dim %{customdata[1]}<br>pooling factor %{customdata[2]:.2f}"
-                "<br>lookups per sample %{customdata[3]:.0f}<extra></extra>"
-            ),
             showlegend=False,
         )
     )
+    shards = ordered[ordered["table"] != ordered["of"]]
+    colours = itertools.cycle(SHARD_COLOURS)
+    for (of, split), group in shards.groupby(["of", "split"], sort=False):
+        fig.add_trace(
+            table_bars(
+                group,
+                labels,
+                {
+                    "color": next(colours),
+                    "pattern": {"shape": "/", "fgcolor": "white", "fgopacity": 0.5},
+                    "line": {"color": "white", "width": 1},
+                },
+                name=f"{of}: {split}",
+                legendgroup=of,
+            )
+        )
     used = tables.groupby("device")["memory_mib"].sum().reindex(range(num_devices), fill_value=0)
+    counts = tables.groupby("device").size().reindex(range(num_devices), fill_value=0)
+    unit = "shard" if len(shards) else "table"
     # each device's use under its name (labels above the bars collide with the cap line)
     ticks = [
-        f"{label}<br>{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)"
-        for label, mib in zip(labels, used)
+        f"{label}<br>{mib_text(mib)} ({100 * mib / cap_mib:.0f}%)<br>{n} {unit}{'s' * (n != 1)}"
+        for label, mib, n in zip(labels, used, counts)
     ]
     fig.add_hline(y=cap_mib, line={"dash": "dash", "color": "firebrick"})
     fig.add_trace(

@@ -166,6 +166,126 @@ def test_place_tables_page_places_a_pasted_spec(store_env):
     assert any("outside what the model was trained on: tables per task" in w for w in warnings)
 
 
+def bar_segments(figure: dict) -> list[tuple[str, str, float, str]]:
+    """(trace name, segment text, MiB, device label) of every bar segment of a tables figure."""
+    return [
+        (trace.get("name", ""), text, mib, device)
+        for trace in figure["data"]
+        if trace["type"] == "bar"
+        for text, mib, device in zip(trace["text"], values(trace["y"]), trace["x"])
+    ]
+
+
+def test_place_tables_page_shows_a_split_plans_shards(store_env):
+    from dashboard.place import EXAMPLE_CSV, tables_from_text
+    from dreamshard.placement.plan_file import placement_from_plan
+    from dreamshard.placement.tasks import PlacementTask
+
+    at = open_page("place_tables")
+    at.radio(key="place_source").set_value("Paste CSV").run()
+    at.selectbox(key="place_planner").set_value("lookup").run()
+    assert_clean(at)
+    assert at.selectbox(key="place_split").value == "auto"  # the CLI's default
+    # history_items reads 2,560 floats per sample, over the mean device load of the 6 tables:
+    # the balance rule halves it column-wise twice
+    assert any("history_items column-wise into 4 shards" in m.value for m in at.markdown)
+    layout, predicted = figures(at)
+    segments = bar_segments(layout)
+    shards = [text for name, text, _, _ in segments if text.startswith("history_items")]
+    assert set(shards) == {f"history_items[c{c}:{c + 16}]" for c in (0, 16, 32, 48)}
+    traces = {name for name, text, _, _ in segments if text in shards}
+    assert traces == {"history_items: column-wise into 4 shards"}  # one colour for all four
+    (trace,) = [t for t in layout["data"] if t.get("name") in traces]
+    assert isinstance(trace["marker"]["color"], str)
+    assert "shards" in layout["layout"]["xaxis"]["ticktext"][0]
+    assert predicted["data"][0]["x"] == [f"device {d}" for d in range(4)]  # the shards' costs
+
+    # the plan shown (and downloaded) is version 2 and reads back as the same split placement
+    (code,) = at.code
+    plan = json.loads(code.value)
+    assert plan["version"] == 2
+    assert {"table": "history_items", "kind": "column", "parts": 4} in plan["splits"]
+    task = PlacementTask(
+        tuple(tables_from_text(EXAMPLE_CSV)),
+        plan["num_devices"],
+        plan["memory_cap_bytes"],
+        plan["precision"],
+    )
+    placement = placement_from_plan(task, plan)
+    assert len(placement.devices) == len(segments) == len(plan["placement"])
+    # memory bars count shards: each device's segments sum to the plan's memory of its shards,
+    # and all segments to the whole tables' memory (the shards cover each table once)
+    per_device = {}
+    for _, _, mib, device in segments:
+        per_device[device] = per_device.get(device, 0.0) + mib
+    plan_mib = [d["memory_bytes"] / 2**20 for d in plan["devices"]]
+    assert sorted(per_device) == [f"device {d}" for d in range(plan["num_devices"])]
+    assert [per_device[f"device {d}"] for d in range(4)] == pytest.approx(plan_mib)
+    whole = sum(t.bytes(task.precision) for t in task.tables) / 2**20
+    assert sum(plan_mib) == pytest.approx(whole)
+
+    at.selectbox(key="place_split").set_value("none").run()
+    assert_clean(at)
+    assert any(m.value == "Whole tables (split none)." for m in at.markdown)
+    layout, _ = figures(at)
+    names = {text for _, text, _, _ in bar_segments(layout)}
+    assert names == {t.name for t in task.tables}
+    assert json.loads(at.code[0].value)["splits"] == []
+
+
+@pytest.fixture
+def split_evaluation_env(empty_env):
+    """A store holding one finished evaluate run whose `lookup` placements split tables (the
+    example spec's 6 tables on 4 devices, placed with split auto; `dim` whole), measured on the
+    simulated backend; written with an MlflowClient of its own (no global MLflow setting)."""
+    from mlflow import MlflowClient
+
+    from dashboard.place import EXAMPLE_CSV, tables_from_text
+    from dreamshard.costs.backends import make_backend
+    from dreamshard.evaluation.evaluate import evaluate
+    from dreamshard.methods import named_planner
+    from dreamshard.placement.tasks import GIB, PlacementTask
+
+    task = PlacementTask(tuple(tables_from_text(EXAMPLE_CSV)), 4, GIB // 2, name="spec/test/0")
+    planners = {"lookup": named_planner("lookup", split="auto"), "dim": named_planner("dim")}
+    evaluation = evaluate([task], planners, make_backend("simulated"), rounds=2)
+    uri = f"sqlite:///{empty_env / 'mlflow.db'}"
+    client = MlflowClient(uri, uri)
+    experiment = client.create_experiment(
+        "dreamshard-spec", artifact_location=(empty_env / "mlartifacts").as_uri()
+    )
+    run = client.create_run(experiment, tags={"flow": "evaluate", "suite": "spec"})
+    client.log_dict(run.info.run_id, evaluation.to_dict(), "evaluation.json")
+    client.set_terminated(run.info.run_id)
+    return evaluation
+
+
+def test_placement_explorer_shows_the_shards_of_a_split_placement(split_evaluation_env):
+    (split,) = split_evaluation_env.placements[0][0].splits  # what `lookup` split, evaluated
+    at = open_page("placement")
+    assert_clean(at)
+    assert at.radio(key="placement_planner").value == "lookup"
+    summary = f"{split.table} {split.kind}-wise into {split.parts} shards"
+    assert any(summary in m.value for m in at.markdown)
+    layout, _ = figures(at)
+    segments = bar_segments(layout)
+    shards = [text for _, text, _, _ in segments if text.startswith(f"{split.table}[")]
+    assert len(shards) == split.parts
+    assert {name for name, text, _, _ in segments if text in shards} == {
+        f"{split.table}: {split.kind}-wise into {split.parts} shards"
+    }
+    assert len(at.dataframe[0].value) == 6 - 1 + split.parts
+    assert set(at.dataframe[0].value["of"]) == {
+        t.name for t in split_evaluation_env.tasks[0].tables
+    }
+
+    at.radio(key="placement_planner").set_value("dim").run()  # whole tables: no shards
+    assert_clean(at)
+    layout, _ = figures(at)
+    assert len(layout["data"]) == 2  # the tables' bars and the memory cap's legend line
+    assert len(bar_segments(layout)) == 6
+
+
 def run_feature_study(out: Path) -> Path:
     """benchmarks/feature_ablation.py at toy size (simulated, one seed, 10 steps): its JSON."""
     script = Path(APP).parents[1] / "benchmarks" / "feature_ablation.py"
@@ -256,6 +376,20 @@ def test_ratios_put_each_tasks_best_heuristic_at_one(pipeline_home):
     assert len(best) == 2 and (best["ratio"] == 1.0).all()
     heuristics = ratios[ratios["planner"].isin(["dim", "size", "lookup", "size_lookup"])]
     assert (heuristics["ratio"] >= 1.0 - 1e-12).all()
+
+
+def test_results_written_before_splits_show_whole_tables(pipeline_home):
+    from dashboard.frames import evaluated_placement, placement_tables
+
+    evaluation = evaluation_artifact(pipeline_home)
+    for task in evaluation["tasks"]:
+        for result in task["results"].values():
+            result.pop("splits", None)
+    name = evaluation["tasks"][0]["name"]
+    frame = placement_tables(*evaluated_placement(evaluation, name, "size"))
+    assert list(frame["table"]) == [t["name"] for t in evaluation["tasks"][0]["tables"]]
+    assert (frame["table"] == frame["of"]).all() and (frame["split"] == "").all()
+    assert list(frame["device"]) == evaluation["tasks"][0]["results"]["size"]["placement"]
 
 
 def test_cost_figure_marks_the_slowest_device():

@@ -10,9 +10,9 @@ from dashboard import frames, place, plots, store
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.coverage import outside_training
 from dreamshard.placement.plan_file import plan_to_dict
+from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import GIB, PlacementTask
-from dreamshard.tables.sources import table_to_dict
 from dreamshard.tables.table import Table
 from dreamshard.tracking import POLICY_MODEL, load_registered_model
 
@@ -98,7 +98,7 @@ except DreamshardError as exc:
     st.error(f"Cannot use these tables: {exc}")
     st.stop()
 
-devices_col, memory_col, precision_col, planner_col = st.columns(4)
+devices_col, memory_col, precision_col, planner_col, split_col = st.columns(5)
 num_devices = devices_col.number_input(
     "Devices", 1, 1024, suite.num_devices if suite else 4, key="place_devices"
 )
@@ -124,6 +124,14 @@ memory_gib = memory_col.number_input(
 planner = planner_col.selectbox(
     "Planner or registered model", [*models, *place.HEURISTICS], key="place_planner"
 )
+split = split_col.selectbox(
+    "Split tables",
+    SPLIT_MODES,
+    index=SPLIT_MODES.index("auto"),  # `dreamshard place`'s default
+    key="place_split",
+    help="auto: the planner may split a table into column-wise shards (or row-wise, for one "
+    "no device holds) where that helps; none: whole tables, as in the paper.",
+)
 
 task = PlacementTask(
     tuple(tables),
@@ -134,7 +142,7 @@ task = PlacementTask(
 )
 try:
     model = registered_model(planner, uri) if planner.startswith("models:/") else None
-    placement = place.place_tables(task, planner, model)
+    placement = place.place_tables(task, planner, model, split)
 except DreamshardError as exc:
     st.error(str(exc))
     st.stop()
@@ -144,14 +152,20 @@ if note:
     st.warning(f"{note}; the heuristics are among the candidates.")
 if placement.candidate:
     st.caption(f"Chosen by the cost network: {placement.candidate}.")
+st.markdown(
+    frames.split_summary(placement, len(tables))
+    or (
+        "Whole tables (split none)."
+        if split == "none"
+        else "No table split: the planner placed every table whole."
+    )
+)
 
 predictor, predictor_uri = model, planner
 if predictor is None and champion:
     predictor, predictor_uri = registered_model(champion, uri), champion
 plan = plan_to_dict(task, placement) | ({"note": note} if note else {})
-layout = frames.placement_tables(
-    [table_to_dict(t) for t in tables], list(placement.devices), precision
-)
+layout = frames.placement_tables(task, placement)
 left, right = st.columns(2)
 left.plotly_chart(
     plots.tables_figure(layout, task.num_devices, task.memory_cap_bytes / frames.MIB),
@@ -173,13 +187,16 @@ else:
         "slowest exchange and backward)."
     )
 
+plan_text = json.dumps(plan, indent=2)
 st.download_button(
     "Download the plan JSON",
-    json.dumps(plan, indent=2),
+    plan_text,
     file_name="plan.json",
     mime="application/json",
     key="place_download",
 )
+with st.expander(f"The plan JSON (version {plan['version']})"):
+    st.code(plan_text, language="json")
 st.dataframe(
     pd.DataFrame(plan["devices"])
     .assign(memory_mib=lambda f: (f["memory_bytes"] / frames.MIB).round(2))

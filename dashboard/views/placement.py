@@ -4,6 +4,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard import frames, plots, sections, store
+from dreamshard.errors import DreamshardError
 
 st.title("Placement explorer")
 uri = store.current_uri()
@@ -55,15 +56,26 @@ fullest = 100 * max(result["memory_bytes"]) / task["memory_cap_bytes"]
 memory.metric("Fullest device", f"{fullest:.0f}% of {plots.mib_text(cap_mib)}")
 plan.metric("Planning time", f"{1000 * result['plan_seconds']:.1f} ms")
 
-tables = frames.placement_tables(task["tables"], result["placement"], task["precision"])
+placed = frames.evaluated_placement(evaluation, task["name"], planner)
+try:
+    tables = frames.placement_tables(*placed)
+except DreamshardError as exc:  # a row split whose table's trace this host cannot read
+    st.error(f"Cannot show the shards of this placement: {exc}")
+    st.stop()
+splits = frames.split_summary(placed[1], len(task["tables"]))
+if splits:
+    st.markdown(splits)
 pictures, costs = st.columns(2)
 pictures.plotly_chart(plots.tables_figure(tables, task["num_devices"], cap_mib), width="stretch")
 costs.plotly_chart(
     plots.cost_figure(result["devices"], f"{source.capitalize()} cost per device"),
     width="stretch",
 )
+shown = (
+    f"{len(task['tables'])} tables in {len(tables)} shards" if splits else f"{len(tables)} tables"
+)
 st.caption(
-    f"{len(tables)} tables on {task['num_devices']} devices, {task['precision']} weights; costs "
+    f"{shown} on {task['num_devices']} devices, {task['precision']} weights; costs "
     f"are means over {len(result['costs_ms'])} interleaved rounds ({source}). "
     "A step waits for the slowest device, so the overall cost is its stacked total."
 )
@@ -77,5 +89,6 @@ st.dataframe(
         "memory_mib": st.column_config.NumberColumn("memory MiB", format="%.2f"),
         "pooling_factor": st.column_config.NumberColumn("pooling factor", format="%.2f"),
         "lookups": st.column_config.NumberColumn("lookups per sample", format="%.0f"),
+        "of": st.column_config.TextColumn("shard of"),
     },
 )
