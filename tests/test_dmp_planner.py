@@ -11,9 +11,11 @@ import pytest
 pytest.importorskip("torchrec")  # `make test` installs it
 
 import torch  # noqa: E402
+from fbgemm_gpu.split_embedding_configs import EmbOptimType  # noqa: E402
 from torch import nn  # noqa: E402
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
 from torchrec.distributed.embedding import EmbeddingCollectionSharder  # noqa: E402
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import Topology  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
@@ -166,6 +168,26 @@ def test_torchrecs_reservation_leaves_less_memory_and_can_be_turned_off():
     assert 0 < kept.memory_cap_bytes < whole.memory_cap_bytes
 
 
+def fused(optimizer) -> list:
+    return [EmbeddingBagCollectionSharder(fused_params={"optimizer": optimizer})]
+
+
+def test_the_sharders_fused_optimizer_keeps_state_the_plan_counts():
+    planner = DreamShardPlanner(cpu_topology(memory=MIB), method="lookup", reserve=False)
+    model = TinyRecModel()
+    plain = planner.task(model)
+    adam = planner.task(model, fused(EmbOptimType.ADAM))
+    assert (plain.optimizer, adam.optimizer) == ("sgd", "adam")
+    assert planner.task(model, fused(EmbOptimType.EXACT_ROWWISE_ADAGRAD)).optimizer == (
+        "rowwise_adagrad"
+    )
+    assert adam.table_bytes().sum() == 3 * plain.table_bytes().sum()  # fp32 weights, 2 moments
+    with pytest.raises(DreamshardError, match="pass optimizer="):
+        planner.task(model, fused(EmbOptimType.SHAMPOO))
+    explicit = DreamShardPlanner(cpu_topology(), "lookup", reserve=False, optimizer="adagrad")
+    assert explicit.task(model, fused(EmbOptimType.SHAMPOO)).optimizer == "adagrad"
+
+
 @pytest.mark.parametrize(
     ("model", "kwargs", "words"),
     [
@@ -232,6 +254,7 @@ def test_dmp_trains_with_the_collective_plan_on_two_gloo_ranks(method, model_fil
             for s in expected[name]["shards"]
         ]
     assert result["dense_parameters"]  # the dense tower trained beside the fused shards
+    assert plan["item"]["sharding_type"] == "column_wise"  # no device holds it whole
     losses = np.array(result["losses"])
     assert losses[-5:].mean() < 0.85 * losses[:5].mean(), losses
     # a plan that cannot succeed reached every rank as rank 0's one line, and nobody hung

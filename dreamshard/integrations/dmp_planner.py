@@ -15,13 +15,19 @@ Importing this module imports TorchRec (`make torchrec`).
 
 from __future__ import annotations
 
-import re
-
 import torch.distributed as dist
 
 from dreamshard.errors import DreamshardError
-from dreamshard.integrations.torchrec_export import sharding_plan_from_dict, torchrec_plan_dict
-from dreamshard.integrations.torchrec_tables import ModelTable, model_tables
+from dreamshard.integrations.torchrec_export import (
+    INDEXED_DEVICES,
+    sharding_plan_from_dict,
+    torchrec_plan_dict,
+)
+from dreamshard.integrations.torchrec_tables import (
+    ModelTable,
+    embedding_bag_collections,
+    model_tables,
+)
 from dreamshard.methods import LEARNED, METHODS, place, resolve_model
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.planners.torchrec_planner import INSTALL_HINT, quiet_torchrec
@@ -33,7 +39,20 @@ except ImportError:
     raise DreamshardError(INSTALL_HINT) from None
 
 TORCHREC_BATCH_SIZE = 512  # torchrec.distributed.planner.constants.BATCH_SIZE
-INDEXED_DEVICES = ("cuda", "mtia")  # devices named with a local index ("cuda:1"); cpu is not
+# TorchRec's fused optimizers (EmbOptimType values) by whose state they keep, as we count it
+# (dreamshard.tables.table.OPTIMIZER_STATE_WORDS); partial row-wise Adam/LAMB counted as Adam.
+FUSED_OPTIMIZERS = {
+    "sgd": "sgd",
+    "exact_sgd": "sgd",
+    "adagrad": "adagrad",
+    "exact_adagrad": "adagrad",
+    "row_wise_adagrad": "rowwise_adagrad",
+    "exact_row_wise_adagrad": "rowwise_adagrad",
+    "adam": "adam",
+    "lamb": "adam",
+    "partial_row_wise_adam": "adam",
+    "partial_row_wise_lamb": "adam",
+}
 
 
 class DreamShardPlanner(ShardingPlanner):
@@ -48,6 +67,10 @@ class DreamShardPlanner(ShardingPlanner):
     --out` folder, `models:/dreamshard-policy@champion`). `batches`: sample KeyedJaggedTensors for
     the tables' statistics (else the defaults of `torchrec_tables`); `batch_size`: the per-rank
     batch TorchRec's reservation assumes (default: the batches' size, else TorchRec's 512).
+    `optimizer`: whose state counts beside the weights (`sgd`, `rowwise_adagrad`, `adagrad`,
+    `adam`); default: the sharders' fused optimizer (`fused_params["optimizer"]`), else none.
+    `split`: "auto" lets the method split tables column-wise (row-wise for a table no device
+    holds; TorchRec shards rows on GPUs only), "none" keeps them whole (`docs/splitting.md`).
     """
 
     def __init__(
@@ -58,6 +81,8 @@ class DreamShardPlanner(ShardingPlanner):
         batches=None,
         reserve=True,
         batch_size: int | None = None,
+        optimizer: str | None = None,
+        split: str = "auto",
         seed: int = 0,
         samples: int = 8,
     ) -> None:
@@ -66,7 +91,7 @@ class DreamShardPlanner(ShardingPlanner):
         self.topology = topology if topology is not None else default_topology()
         self.method, self.model, self.seed, self.samples = method, model, seed, samples
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
-        self.reserve = reserve
+        self.reserve, self.optimizer, self.split = reserve, optimizer, split
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
         self._model = None  # a learned method's model, resolved on the first plan
 
@@ -78,13 +103,15 @@ class DreamShardPlanner(ShardingPlanner):
         """The placement task the planner solves for `module`: its tables, the topology's
         devices and memory per device (after the reservation)."""
         tables = self.tables(module) if tables is None else tables
+        sharders = sharders or default_sharders()
         precisions = {t.precision for t in tables}
         return PlacementTask(
             tuple(t.table for t in tables),
             self.topology.world_size,
-            self.memory_per_device(module, sharders or default_sharders(), tables),
+            self.memory_per_device(module, sharders, tables),
             precision="fp16" if precisions == {"fp16"} else "fp32",  # mixed: counted wide
             name=f"{type(module).__name__} ({len(tables)} tables)",
+            optimizer=self.optimizer or fused_optimizer(module, sharders),
         )
 
     def memory_per_device(self, module, sharders: list, tables: list[ModelTable]) -> int:
@@ -113,7 +140,8 @@ class DreamShardPlanner(ShardingPlanner):
         if self.method in LEARNED and self.method != "rnn" and self._model is None:
             self._model = resolve_model(self.model)  # once: a registry model loads in seconds
         try:
-            placement = place(task, self.method, self.seed, self._model or self.model, self.samples)
+            model = self._model or self.model
+            placement = place(task, self.method, self.seed, model, self.samples, self.split)
         except DreamshardError as exc:
             raise DreamshardError(
                 f"DreamShardPlanner ({self.method}) cannot place the model's {len(tables)} tables "
@@ -124,26 +152,18 @@ class DreamShardPlanner(ShardingPlanner):
 
     def sharding_plan(self, module, sharders: list, task, placement, tables: list[ModelTable]):
         """The placement as one module plan per collection, on the topology's devices."""
-        data = torchrec_plan_dict(task, placement, "", self.topology.local_world_size)
+        topology = self.topology
+        data = torchrec_plan_dict(
+            task, placement, "", topology.local_world_size, topology.compute_device
+        )
         entries = data["plan"][""]
         modules: dict[str, dict] = {}
         for t in tables:
-            entry = entries[t.table.name]
-            for shard in entry["shards"]:
-                shard["placement"] = self.device_of(shard["placement"])
-            modules.setdefault(t.module_path, {})[t.config_name] = entry
+            modules.setdefault(t.module_path, {})[t.config_name] = entries[t.table.name]
         for path, module_plan in modules.items():
             check_sharder(module.get_submodule(path), path, module_plan, sharders, self.topology)
         data["plan"] = modules
         return sharding_plan_from_dict(data)
-
-    def device_of(self, placement: str) -> str:
-        """A shard placement ("rank:r/cuda:i") on the topology's compute device."""
-        rank = int(re.fullmatch(r"rank:(\d+)/.+", placement).group(1))
-        device = self.topology.compute_device
-        if device in INDEXED_DEVICES:
-            return f"rank:{rank}/{device}:{rank % self.topology.local_world_size}"
-        return f"rank:{rank}/{device}"
 
     def collective_plan(self, module, sharders=None, pg=None):
         """Plan on rank 0 and broadcast the plan, or rank 0's error, to every rank."""
@@ -197,6 +217,27 @@ def check_sharder(collection, path: str, module_plan: dict, sharders: list, topo
                 f"table {name}: {type(sharder).__name__} offers no {kind} sharding with the "
                 f"{kernel} kernel on {device}"
             )
+
+
+def fused_optimizer(module, sharders: list) -> str:
+    """Whose state the sharders' fused optimizer keeps (FUSED_OPTIMIZERS); "sgd" when they
+    name none. DreamshardError for one we do not count, asking for `optimizer=`."""
+    kinds = set()
+    for _, collection in embedding_bag_collections(module):
+        for sharder in sharders:
+            if isinstance(collection, sharder.module_type):
+                kind = (getattr(sharder, "fused_params", None) or {}).get("optimizer", "sgd")
+                kinds.add(str(getattr(kind, "value", kind)).lower())
+                break
+    unknown = sorted(kinds - set(FUSED_OPTIMIZERS))
+    if unknown:
+        raise DreamshardError(
+            f"the sharders' fused optimizer {unknown[0]} keeps state not counted here; pass "
+            f"optimizer= one of {', '.join(sorted(set(FUSED_OPTIMIZERS.values())))}"
+        )
+    states = {FUSED_OPTIMIZERS[k] for k in kinds} or {"sgd"}
+    order = ["sgd", "rowwise_adagrad", "adagrad", "adam"]  # the most state wins
+    return max(states, key=order.index)
 
 
 def default_topology():
