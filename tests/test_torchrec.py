@@ -19,8 +19,9 @@ from dreamshard.integrations.torchrec_export import (
     torchrec_plan_dict,
 )
 from dreamshard.methods import place
-from dreamshard.placement.tasks import GIB, PlacementTask, is_legal
-from dreamshard.planners.torchrec_planner import torchrec_place
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
+from dreamshard.planners.torchrec_planner import torchrec_place, torchrec_row_bounds
+from dreamshard.tables.shards import Split, max_column_parts
 from dreamshard.tables.table import Table
 
 
@@ -47,19 +48,22 @@ def random_task(rng: np.random.Generator, slack: float) -> PlacementTask:
     return PlacementTask(tables, num_devices, cap)
 
 
-def test_torchrec_plans_are_legal_under_our_caps(torchrec):
+@pytest.mark.parametrize("split", ["none", "auto"])
+def test_torchrec_plans_are_legal_under_our_caps(torchrec, split):
     rng = np.random.default_rng(0)
     planned = 0
     for _ in range(8):
         task = random_task(rng, slack=float(rng.uniform(1.3, 3.0)))
         try:
-            placement = torchrec_place(task, reserve=False)
+            placement = torchrec_place(task, reserve=False, split=split)
         except DreamshardError as exc:
             assert "torchrec's planner rejects this task" in str(exc)
             continue
         assert placement.method == "torchrec"
-        assert len(placement.devices) == len(task.tables)
+        assert len(placement.devices) == len(placement_task(task, placement).tables)
         assert is_legal(task, placement)
+        if split == "none":
+            assert placement.splits == ()
         planned += 1
     assert planned >= 6
 
@@ -109,6 +113,170 @@ def test_torchrec_own_plan_exports_like_ours(torchrec):
     assert sharding_plan_to_dict(plan) == sharding_plan_to_dict(
         sharding_plan(task, placement, module_path="")
     )
+
+
+# A split plan on 4 devices: "wide" in 4 column shards (two on device 2), "tall" row-wise in the
+# layout DMP trains (rows divisible by 4, shard r on device r), "small" whole.
+SPLIT_TASK = PlacementTask(
+    (
+        Table("wide", rows=3000, dim=64, pooling_factor=20.0),
+        Table("tall", rows=8000, dim=16, pooling_factor=5.0),
+        Table("small", rows=500, dim=8, pooling_factor=1.0),
+    ),
+    num_devices=4,
+    memory_cap_bytes=GIB,
+)
+SPLIT_PLAN = Placement(
+    # wide[c0:16] .. wide[c48:64], tall[r0:2000] .. tall[r6000:8000], small
+    (2, 0, 2, 3, 0, 1, 2, 3, 1),
+    method="by hand",
+    splits=(Split("wide", "column", 4), Split("tall", "row", 4)),
+)
+
+
+def test_split_plans_round_trip(torchrec):
+    data = torchrec_plan_dict(SPLIT_TASK, SPLIT_PLAN, module_path="sparse.ebc")
+    plan = sharding_plan(SPLIT_TASK, SPLIT_PLAN, module_path="sparse.ebc")
+    again = sharding_plan_from_dict(json.loads(json.dumps(sharding_plan_to_dict(plan))))
+    assert again == plan and sharding_plan_from_dict(data) == plan
+    back = placement_from_sharding_plan(SPLIT_TASK, again, "sparse.ebc", method="by hand")
+    assert back == SPLIT_PLAN
+
+    wide, tall, small = (plan.plan["sparse.ebc"][n] for n in ("wide", "tall", "small"))
+    assert (wide.sharding_type, wide.compute_kernel, wide.ranks) == (
+        "column_wise",
+        "fused",
+        [2, 0, 2, 3],
+    )
+    assert [(s.shard_offsets, s.shard_sizes) for s in wide.sharding_spec.shards] == [
+        ([0, c], [3000, 16]) for c in (0, 16, 32, 48)
+    ]
+    assert [str(s.placement) for s in wide.sharding_spec.shards] == [
+        f"rank:{d}/cuda:{d}" for d in (2, 0, 2, 3)
+    ]
+    assert (tall.sharding_type, tall.ranks) == ("row_wise", [0, 1, 2, 3])
+    assert [(s.shard_offsets, s.shard_sizes) for s in tall.sharding_spec.shards] == [
+        ([r, 0], [2000, 16]) for r in (0, 2000, 4000, 6000)
+    ]
+    assert (small.sharding_type, small.ranks) == ("table_wise", [1])
+
+    on_cpu = torchrec_plan_dict(SPLIT_TASK, SPLIT_PLAN, compute_device="cpu")
+    shards = on_cpu["plan"]["embedding_bags"]["wide"]["shards"]
+    assert [s["placement"] for s in shards] == [f"rank:{d}/cpu" for d in (2, 0, 2, 3)]
+
+
+def test_a_planner_split_plan_round_trips(torchrec):
+    task = PlacementTask(
+        (Table("hot", 1000, 32, 50.0), Table("a", 400, 16, 2.0), Table("b", 600, 8, 3.0)), 2, GIB
+    )
+    placement = place(task, "lookup", split="auto")
+    assert placement.splits == (Split("hot", "column", 2),)  # the balance rule halves "hot"
+    data = json.loads(json.dumps(torchrec_plan_dict(task, placement)))
+    back = placement_from_sharding_plan(task, sharding_plan_from_dict(data), method="lookup")
+    assert back == placement
+
+
+def test_row_splits_dmp_cannot_train_are_refused(torchrec):
+    # three row shards on four devices, and four out of rank order: DMP would route ids wrongly
+    for splits, devices in (
+        ((Split("tall", "row", 3),), (0, 1, 2, 3, 1)),
+        ((Split("tall", "row", 4),), (0, 1, 3, 2, 3, 1)),
+    ):
+        placement = Placement(devices, splits=splits)
+        assert is_legal(SPLIT_TASK, placement)
+        with pytest.raises(DreamshardError, match="table tall: its row shards") as caught:
+            torchrec_plan_dict(SPLIT_TASK, placement)
+        assert "\n" not in str(caught.value)
+
+
+def test_torchrec_row_blocks_are_its_own(torchrec):
+    import torch
+    from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
+
+    for rows, devices in ((8000, 4), (10, 4), (9, 4), (1001, 8), (7, 2)):
+        weight = torch.empty((rows, 8), device="meta")
+        sizes, offsets = calculate_shard_sizes_and_offsets(weight, devices, devices, "row_wise")
+        theirs = [(o[0], o[0] + s[0]) for s, o in zip(sizes, offsets)]
+        assert [(a, b) for a, b in torchrec_row_bounds(rows, devices)] == theirs
+
+
+def torchrec_plan_of(tables: list[tuple[str, int, int]], world: int, types: list[str], width=None):
+    """TorchRec's own planner's plan (world GPUs) for tables constrained to `types`."""
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import (
+        EmbeddingShardingPlanner,
+        ParameterConstraints,
+        Topology,
+    )
+
+    from dreamshard.planners.torchrec_planner import quiet_torchrec
+
+    configs = [
+        EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=[n])
+        for n, r, d in tables
+    ]
+    constraints = {
+        n: ParameterConstraints(sharding_types=types, min_partition=width) for n, _, _ in tables
+    }
+    with quiet_torchrec():
+        module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+        planner = EmbeddingShardingPlanner(
+            topology=Topology(world_size=world, compute_device="cuda"), constraints=constraints
+        )
+        return planner.plan(module, [EmbeddingBagCollectionSharder()])
+
+
+def test_torchrec_own_split_plans_read_as_our_splits(torchrec):
+    tables = [("wide", 5000, 64), ("tall", 8000, 32)]
+    task = PlacementTask(tuple(Table(n, r, d, 1.0) for n, r, d in tables), 2, GIB)
+    # column-wise in blocks of 16: four shards on two ranks, so one rank holds two
+    plan = torchrec_plan_of(tables, 2, ["column_wise"], width=16)
+    assert sorted(plan.plan[""]["wide"].ranks) == [0, 0, 1, 1]
+    placement = placement_from_sharding_plan(task, plan, module_path="", method="torchrec")
+    assert placement.splits == (Split("wide", "column", 4), Split("tall", "column", 2))
+    assert sharding_plan_to_dict(sharding_plan(task, placement, module_path="")) == (
+        sharding_plan_to_dict(plan)
+    )
+    plan = torchrec_plan_of(tables, 2, ["row_wise"])
+    placement = placement_from_sharding_plan(task, plan, module_path="", method="torchrec")
+    assert placement.splits == (Split("wide", "row", 2), Split("tall", "row", 2))
+    assert placement.devices == (0, 1, 0, 1)
+    assert sharding_plan_to_dict(sharding_plan(task, placement, module_path="")) == (
+        sharding_plan_to_dict(plan)
+    )
+
+
+def test_torchrec_shards_we_do_not_cut_name_the_table(torchrec):
+    # dim 96 in blocks of 32: three column shards, not a power of two
+    task = PlacementTask((Table("odd", 1000, 96, 1.0),), 2, GIB)
+    plan = torchrec_plan_of([("odd", 1000, 96)], 2, ["column_wise"], width=32)
+    with pytest.raises(DreamshardError, match=r"table odd \(1000 x 96\): its column_wise shards"):
+        placement_from_sharding_plan(task, plan, module_path="")
+    # 1001 rows on 4 ranks: TorchRec's blocks of 251 are not our even row ranges
+    task = PlacementTask((Table("uneven", 1001, 16, 1.0),), 4, GIB)
+    plan = torchrec_plan_of([("uneven", 1001, 16)], 4, ["row_wise"])
+    with pytest.raises(DreamshardError, match="table uneven .* row_wise shards cover rows 0:251"):
+        placement_from_sharding_plan(task, plan, module_path="")
+
+
+@pytest.mark.parametrize("rows", [600_000, 600_002])
+def test_torchrec_split_auto_places_a_table_no_device_holds_whole(torchrec, rows):
+    # 600000 x 64 fp16 = 73 MiB on devices of 64 MiB (54 MiB after TorchRec's 15%); with 600002
+    # rows TorchRec's row blocks are not ours, so it may only shard the table column-wise
+    big = Table("big", rows, 64, 10.0)
+    task = PlacementTask((big, *(Table(f"t{i}", 20_000, 16, 2.0) for i in range(6))), 4, 2**26)
+    with pytest.raises(DreamshardError, match="torchrec's planner rejects this task"):
+        place(task, "torchrec", split="none")
+    placement = place(task, "torchrec", split="auto")
+    assert placement.method == "torchrec" and is_legal(task, placement)
+    (split,) = [s for s in placement.splits if s.table == "big"]
+    assert split.kind == "column" or rows % 4 == 0
+    if split.kind == "column":  # TorchRec's column shards are the narrowest we allow
+        assert split.parts == max_column_parts(big, task.num_devices)
+    else:
+        assert split == Split("big", "row", 4)
 
 
 def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
