@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -100,14 +101,19 @@ def run_rank(job: dict) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job", required=True, help="job JSON written by the fbgemm backend")
+def rank_main(
+    run_rank: Callable[[dict], dict], description: str, device_of: Callable[[dict], str]
+) -> None:
+    """A measuring program's torchrun entry point: read `--job`, join the process group (NCCL
+    when the job's device, `device_of(job)`, allows CUDA and it is here, else gloo), run
+    `run_rank(job)` on every rank, and rank 0 writes every rank's result to `--out`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--job", required=True, help="job JSON written by the backend")
     parser.add_argument("--out", required=True, help="where rank 0 writes the per-rank results")
     args = parser.parse_args()
     with open(args.job) as f:
         job = json.load(f)
-    cuda = torch.cuda.is_available() and job["timing"].get("device", "auto") in ("auto", "cuda")
+    cuda = torch.cuda.is_available() and device_of(job) in ("auto", "cuda")
     dist.init_process_group("nccl" if cuda else "gloo")
     try:
         result = run_rank(job)
@@ -117,6 +123,10 @@ def main() -> None:
             write_json_atomic(args.out, {"ranks": gathered, "backend": dist.get_backend()})
     finally:
         dist.destroy_process_group()
+
+
+def main() -> None:
+    rank_main(run_rank, __doc__.splitlines()[0], lambda job: job["timing"].get("device", "auto"))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ plan conversion from `dreamshard.integrations.torchrec_export`; nothing imports 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 
@@ -33,9 +31,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dreamshard.files import write_json_atomic
 from dreamshard.tables.sources import table_from_record
 from dreamshard.tables.traces import trace_for
+from gpu_tasks.distributed import rank_main
 
 MODULE_PATH = "embedding_bags"  # where the collection sits in the model (the export's default)
 
@@ -91,26 +89,23 @@ def rank_batch(tables: list, global_batch: int, rank: int, world: int, device: t
 
 
 def torchrec_plan_json(entry: dict, tables: list, device: torch.device) -> dict:
-    """The plan in TorchRec's JSON form, its shards placed on this host's kind of device."""
+    """The plan in TorchRec's JSON form, its shards on this rank's kind of device."""
     from dreamshard.integrations.torchrec_export import torchrec_plan_dict
     from dreamshard.placement.plan_file import placement_from_plan
     from dreamshard.placement.tasks import PlacementTask
 
-    if entry["kind"] == "dreamshard":
-        plan = entry["plan"]
-        task = PlacementTask(
-            tuple(tables), plan["num_devices"], plan["memory_cap_bytes"], plan["precision"]
-        )
-        placement = placement_from_plan(task, plan, "the job's plan")
-        data = torchrec_plan_dict(task, placement, MODULE_PATH)
-    else:
-        data = entry["plan"]
-    if device.type == "cpu":  # exported plans name cuda:d; on the CPU every shard is on "cpu"
-        for module in data["plan"].values():
-            for sharding in module.values():
-                for shard in sharding["shards"]:
-                    shard["placement"] = shard["placement"].split("/")[0] + "/cpu"
-    return data
+    if entry["kind"] != "dreamshard":
+        return entry["plan"]  # TorchRec's own, made for this kind of device
+    plan = entry["plan"]
+    task = PlacementTask(
+        tuple(tables),
+        plan["num_devices"],
+        plan["memory_cap_bytes"],
+        plan["precision"],
+        optimizer=plan.get("optimizer", "sgd"),
+    )
+    placement = placement_from_plan(task, plan, "the job's plan")
+    return torchrec_plan_dict(task, placement, MODULE_PATH, compute_device=device.type)
 
 
 def build_plan(data: dict):
@@ -226,22 +221,7 @@ def sharding_types(model) -> set[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job", required=True, help="job JSON written by the dmp backend")
-    parser.add_argument("--out", required=True, help="where rank 0 writes the per-rank results")
-    args = parser.parse_args()
-    with open(args.job) as f:
-        job = json.load(f)
-    cuda = torch.cuda.is_available() and job["device"] in ("auto", "cuda")
-    dist.init_process_group("nccl" if cuda else "gloo")
-    try:
-        result = run_rank(job)
-        gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, result)
-        if dist.get_rank() == 0:
-            write_json_atomic(args.out, {"ranks": gathered, "backend": dist.get_backend()})
-    finally:
-        dist.destroy_process_group()
+    rank_main(run_rank, __doc__.splitlines()[0], lambda job: job["device"])
 
 
 if __name__ == "__main__":
