@@ -20,6 +20,7 @@ reduce-scatter of those partials (the sums on receipt are not run: [B/D, dim] ad
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -122,6 +123,9 @@ def rank_main(
         if dist.get_rank() == 0:
             write_json_atomic(args.out, {"ranks": gathered, "backend": dist.get_backend()})
     finally:
+        # what the run built (DMP models hold the group) goes first: a rank whose model
+        # outlives the group can abort at exit (docs/torchrec.md)
+        gc.collect()
         dist.destroy_process_group()
 
 
