@@ -18,9 +18,6 @@ all-to-all divides embedding gradients by the world size. Rank 0 writes every ra
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -31,8 +28,8 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dreamshard.files import write_json_atomic
 from dreamshard.integrations.torchrec_export import DEFAULT_MODULE_PATH, sharding_plan_from_dict
+from gpu_tasks.distributed import rank_main
 
 LEARNING_RATE = 0.5
 BATCH = 16  # bags per rank
@@ -134,24 +131,10 @@ def run_plan(tables: list[dict], data: dict, rank: int, world: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    with open(args.job) as f:
-        job = json.load(f)
-    dist.init_process_group("gloo")
-    try:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        reports = [run_plan(job["tables"], data, rank, world) for data in job["plans"]]
-        gathered = [None] * world
-        dist.all_gather_object(gathered, reports)
-        if rank == 0:
-            write_json_atomic(args.out, {"ranks": gathered})
-    finally:
-        dist.destroy_process_group()
+def run_rank(job: dict) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    return {"plans": [run_plan(job["tables"], data, rank, world) for data in job["plans"]]}
 
 
 if __name__ == "__main__":
-    main()
+    rank_main(run_rank, __doc__.splitlines()[0], lambda job: "cpu")

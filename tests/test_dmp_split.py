@@ -10,27 +10,15 @@ import pytest
 
 pytest.importorskip("torchrec")  # `make test` installs it
 
+from test_torchrec import ONE_HOT_TABLE  # noqa: E402
+
 from dreamshard.costs.torchrun import run_job  # noqa: E402
 from dreamshard.integrations.torchrec_export import torchrec_plan_dict  # noqa: E402
 from dreamshard.methods import place  # noqa: E402
-from dreamshard.placement.tasks import GIB, Placement, PlacementTask, placement_task  # noqa: E402
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_task  # noqa: E402
 from dreamshard.tables.shards import Split  # noqa: E402
-from dreamshard.tables.table import Table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# One hot table: its lookup key (dim x pooling) exceeds the mean device load on 2 devices, so the
-# lookup heuristic's balance rule halves it column-wise.
-TASK = PlacementTask(
-    (
-        Table("hot", rows=1000, dim=32, pooling_factor=50.0),
-        Table("cold", rows=400, dim=16, pooling_factor=2.0),
-        Table("geo", rows=600, dim=8, pooling_factor=3.0),
-    ),
-    num_devices=2,
-    memory_cap_bytes=GIB,
-    name="one hot table",
-)
 
 
 def rank_shards(task: PlacementTask, placement: Placement) -> list[dict]:
@@ -48,7 +36,7 @@ def rank_shards(task: PlacementTask, placement: Placement) -> list[dict]:
 
 
 def test_dmp_trains_a_step_with_exported_split_plans_on_two_gloo_ranks():
-    ours = place(TASK, "lookup", split="auto")
+    ours = place(ONE_HOT_TABLE, "lookup", split="auto")
     assert ours.splits == (Split("hot", "column", 2),)
     # Four column shards of "hot" on two ranks (two each, interleaved) and "cold" row-wise in
     # the layout DMP trains (one row shard per rank, in rank order).
@@ -57,19 +45,19 @@ def test_dmp_trains_a_step_with_exported_split_plans_on_two_gloo_ranks():
     by_hand = Placement((1, 0, 0, 1, 0, 1, 1), method="by hand", splits=splits)
     plans = [ours, by_hand]
     job = {
-        "tables": [{"name": t.name, "rows": t.rows, "dim": t.dim} for t in TASK.tables],
-        "plans": [torchrec_plan_dict(TASK, p, compute_device="cpu") for p in plans],
+        "tables": [{"name": t.name, "rows": t.rows, "dim": t.dim} for t in ONE_HOT_TABLE.tables],
+        "plans": [torchrec_plan_dict(ONE_HOT_TABLE, p, compute_device="cpu") for p in plans],
     }
     result = run_job(
         "tests.dmp_split_program", 2, job, timeout_s=300, threads=1, env={"PYTHONPATH": str(ROOT)}
     )
     for i, placement in enumerate(plans):
-        expected = rank_shards(TASK, placement)
+        expected = rank_shards(ONE_HOT_TABLE, placement)
         for rank, reports in enumerate(result["ranks"]):
-            report = reports[i]
+            report = reports["plans"][i]
             assert report["shards"] == expected[rank], (placement.method, rank)
             assert report["forward_matches"], (placement.method, rank)
             assert report["step_updates"], (placement.method, rank)
-    ours_types = result["ranks"][0][0]["sharding_types"]
+    ours_types = result["ranks"][0]["plans"][0]["sharding_types"]
     assert ours_types == {"hot": "column_wise", "cold": "table_wise", "geo": "table_wise"}
-    assert result["ranks"][0][1]["sharding_types"]["cold"] == "row_wise"
+    assert result["ranks"][0]["plans"][1]["sharding_types"]["cold"] == "row_wise"

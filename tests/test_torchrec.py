@@ -165,10 +165,22 @@ def test_split_plans_round_trip(torchrec):
     assert [s["placement"] for s in shards] == [f"rank:{d}/cpu" for d in (2, 0, 2, 3)]
 
 
+# One hot table: its lookup key (dim x pooling) exceeds the mean device load on 2 devices, so the
+# lookup heuristic's balance rule halves it column-wise (tests/test_dmp_split.py trains with it).
+ONE_HOT_TABLE = PlacementTask(
+    (
+        Table("hot", rows=1000, dim=32, pooling_factor=50.0),
+        Table("cold", rows=400, dim=16, pooling_factor=2.0),
+        Table("geo", rows=600, dim=8, pooling_factor=3.0),
+    ),
+    num_devices=2,
+    memory_cap_bytes=GIB,
+    name="one hot table",
+)
+
+
 def test_a_planner_split_plan_round_trips(torchrec):
-    task = PlacementTask(
-        (Table("hot", 1000, 32, 50.0), Table("a", 400, 16, 2.0), Table("b", 600, 8, 3.0)), 2, GIB
-    )
+    task = ONE_HOT_TABLE
     placement = place(task, "lookup", split="auto")
     assert placement.splits == (Split("hot", "column", 2),)  # the balance rule halves "hot"
     data = json.loads(json.dumps(torchrec_plan_dict(task, placement)))
