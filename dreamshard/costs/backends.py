@@ -52,6 +52,8 @@ def describe_costs(config: dict) -> str:
             f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
         )
     if name == "dmp":
+        from dreamshard.costs.dmp import CLOCKS
+
         device = config.get("device", "?")
         steps = config.get("steps", {})
         precision = "fp16" if device == "cuda" else "fp32"
@@ -60,7 +62,8 @@ def describe_costs(config: dict) -> str:
             f"dmp backend (measured): real TorchRec training steps (DistributedModelParallel, "
             f"fused kernels and optimizer, dense tower, all-to-alls) under torchrun, one rank "
             f"per device on {device} ({group}), {precision} weights; the slowest rank's median "
-            f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up, the "
-            "whole step in fwd_comp (not split into terms)"
+            f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up "
+            f"({CLOCKS[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
+            "into terms)"
         )
     return f"{name} backend"

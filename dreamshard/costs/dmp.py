@@ -42,6 +42,7 @@ from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 PROGRAM = "gpu_tasks.dmp_step"
 STEP_TERMS = "step"  # info["terms"]: the whole step sits in fwd_comp
+CLOCKS = {"wall": "wall clock", "cpu": "each rank's CPU time in the step"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class DmpBackend:
     name: str = field(default="dmp", init=False)
 
     def __post_init__(self):
-        if self.steps.clock not in ("wall", "cpu"):
+        if self.steps.clock not in CLOCKS:
             raise DreamshardError(f"unknown clock {self.steps.clock!r}; use wall or cpu")
 
     def device_kind(self) -> str:
