@@ -107,8 +107,9 @@ def check_row_layout(name: str, shards: list[tuple[Table, int]], num_devices: in
         raise DreamshardError(
             f"table {name}: its row shards {', '.join(f'{a}:{b}' for a, b in ranges)} on devices "
             f"{devices} are not a layout TorchRec trains row-wise (one shard per rank in rank "
-            f"order, rows {', '.join(f'{a}:{b}' for a, b in expected)}); its DMP would route "
-            "ids to other rows. Place it with --split none, or split it column-wise"
+            f"order, rows {', '.join(f'{a}:{b}' for a, b in expected)}): DMP would not train it "
+            "as planned, so the plan is not exported; more memory per device or more devices "
+            "let it be split column-wise or kept whole"
         )
 
 
