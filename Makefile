@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/dreamshard: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[cpu,dev]'
 	touch $@
 
 # The main job: collect costs, train, evaluate, as one Prefect flow run tracked in MLflow.
