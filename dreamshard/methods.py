@@ -42,7 +42,8 @@ def place(
     `split="auto"` lets the planner split tables (`placement.splitting`): every planner splits
     a table no device holds whole; the heuristics also halve a table whose key exceeds the mean
     device load, and `dreamshard`, `dreamshard_search` and `search_analytic` pick the splits
-    their cost model rates cheapest. `split="none"` places whole tables, as the paper does.
+    their cost model rates cheapest; `torchrec` lets TorchRec's planner shard column-wise and
+    row-wise as it decides. `split="none"` places whole tables, as the paper does.
     """
     if method not in METHODS:
         raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
