@@ -318,6 +318,24 @@ def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
     plan = sharding_plan_from_dict(data)
     assert plan.plan["sparse_arch.embedding_bag_collection"]["t3"].ranks == tables["t3"]["ranks"]
     assert not list(tmp_path.glob(".plan.json.*"))  # written atomically: no temporary left
+    places = {s["placement"] for t in tables.values() for s in t["shards"]}
+    assert all(p.startswith("rank:") and "/cuda:" in p for p in places)
+
+    done = cli(
+        *args,
+        "--method",
+        "lookup",
+        "--out",
+        str(out),
+        "--format",
+        "torchrec",
+        "--compute-device",
+        "cpu",
+    )
+    assert done.returncode == 0, done.stderr
+    tables = read_torchrec_plan(out)["plan"]["embedding_bags"]
+    places = {s["placement"] for t in tables.values() for s in t["shards"]}
+    assert places <= {f"rank:{d}/cpu" for d in range(3)}
 
     rejected = cli(*args, "--method", "torchrec")
     assert rejected.returncode == 2

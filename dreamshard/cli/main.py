@@ -134,7 +134,7 @@ def cmd_place(args: argparse.Namespace) -> None:
     if args.out and args.format == "torchrec":
         from dreamshard.integrations.torchrec_export import write_torchrec_plan
 
-        write_torchrec_plan(task, placement, args.out, args.module_path)
+        write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
         print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
     elif args.out:
         write_plan(task, placement, args.out, note, refinement and refinement.record())
@@ -298,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="embedding_bags",
         help="--format torchrec: the EmbeddingBagCollection's path in the model "
         "(default embedding_bags)",
+    )
+    pl.add_argument(
+        "--compute-device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="--format torchrec: where each rank keeps its shards, rank:d/cuda:d (default) or "
+        "rank:d/cpu (DistributedModelParallel on CPUs with gloo)",
     )
     table_source_options(pl)
     pl.set_defaults(func=cmd_place)
