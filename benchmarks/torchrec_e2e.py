@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/torchrec_e2e.py [--suite cpu-24x2] [--tasks 4] [--rounds 8]
          [--steps 30] [--warmup 5] [--proxy-rounds 3] [--model MODEL] [--out REPORT.md]
-Smoke run: --tasks 1 --rounds 2 --steps 5 --proxy-rounds 1 --train-backend simulated
+Smoke run: --tasks 1 --rounds 2 --steps 5 --proxy-rounds 1
 
 On the suite's held-out tasks (2 devices: one process per device on this host's cores), every
 plan below is built into TorchRec's DistributedModelParallel and trained for real
@@ -29,14 +29,16 @@ Every figure is given twice: by the step's wall clock (the spec: the slowest ran
 step) and by the slowest rank's CPU time in the step, which leaves out the time a rank was
 preempted by other work on a shared host (`dreamshard/costs/dmp.py`).
 
-Time with the defaults on the shared 2-core host: training the model about 3 min (fbgemm),
-the proxy about 2 min, DMP about 2.5 min per task. Writes the report and its JSON beside it.
+Time with the defaults on the shared 2-core host: training the model about 2 min (simulated;
+15+ min on fbgemm under load), the proxy about 3 min, DMP about 2.5 min per task. Writes the
+report and its JSON beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -132,7 +134,13 @@ def champion_or_none():
 def dreamshard_model(args: argparse.Namespace):
     """(model, a sentence saying which it is)."""
     if args.model:
-        return resolve_model(args.model), f"`{args.model}`"
+        model = resolve_model(args.model)
+        meta = model.metadata
+        backend = re.search(r"'backend': '(\w+)'", str(meta.get("backend", "")))
+        return model, (
+            f"`{args.model}`, trained on {meta.get('suite', '?')} "
+            f"({backend.group(1) if backend else '?'} backend) at {meta.get('trained', '?')}"
+        )
     champion = champion_or_none()
     if champion is not None:
         return champion, f"the registered champion `{CHAMPION_URI}` of the state folder"
@@ -202,7 +210,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
     parser.add_argument("--proxy-rounds", type=int, default=3, help="fbgemm proxy rounds")
     parser.add_argument("--model", help="model file or models:/ URI (default: see above)")
-    parser.add_argument("--train-backend", default="fbgemm", choices=["fbgemm", "simulated"])
+    parser.add_argument(
+        "--train-backend",
+        default="simulated",
+        choices=["fbgemm", "simulated"],
+        help="where a model trained here learns (default simulated: about 2 min; fbgemm took "
+        "15+ min on the busy shared host)",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     began = time.monotonic()
