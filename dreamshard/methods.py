@@ -58,7 +58,10 @@ def place(
         splits = planner_splits(task, method, model)
         if splits:
             return split_place(
-                task, splits, lambda shards: place(shards, method, seed, model, samples, "none")
+                task,
+                splits,
+                lambda shards: place(shards, method, seed, model, samples, "none"),
+                method,
             )
     # The learned and external planners import torch models or TorchRec: loaded on first use
     # so that `dreamshard place --method lookup` and `import dreamshard` stay quick.

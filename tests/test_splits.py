@@ -13,6 +13,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.evaluation.evaluate import evaluate
 from dreamshard.evaluation.results import Evaluation
+from dreamshard.integrations.torchrec_export import torchrec_plan_dict
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy
@@ -62,14 +63,18 @@ def test_shards_cover_each_column_and_row_exactly_once(rows, dim, log_parts, row
     else:
         with pytest.raises(DreamshardError, match="multiples of 4"):
             split_table(table, "column", parts)
-    if row_parts <= rows:
+    block = -(-rows // row_parts)  # TorchRec's row-wise blocks: ceil(rows / parts) rows
+    if (row_parts - 1) * block < rows:
         shards = split_table(table, "row", row_parts)
         covered = np.zeros(rows, dtype=int)
         for shard in shards:
             covered[shard.shard.start : shard.shard.stop] += 1
             assert shard.rows == shard.shard.stop - shard.shard.start and shard.dim == dim
         assert (covered == 1).all() and len(shards) == row_parts
-        assert max(s.rows for s in shards) - min(s.rows for s in shards) <= 1
+        assert all(s.rows == block for s in shards[:-1]) and 1 <= shards[-1].rows <= block
+    else:  # a last shard would be empty
+        with pytest.raises(DreamshardError, match="do not split"):
+            split_table(table, "row", row_parts)
 
 
 def test_row_shards_partition_their_tables_lookups():
@@ -177,11 +182,20 @@ def test_a_task_no_whole_table_plan_fits_is_placed_split(cli, tmp_path):
     assert all(d["memory_bytes"] <= GIB for d in plan["devices"])
 
 
-def test_a_table_no_column_split_fits_is_split_row_wise():
-    task = PlacementTask((Table("narrow", 3 * GIB // 8, 4, 2.0),), 4, GIB, "fp16")
-    assert memory_splits(task) == (Split("narrow", "row", 3),)
-    placement = place(task, "lookup")
-    assert placement.splits == (Split("narrow", "row", 3),) and is_legal(task, placement)
+def test_a_table_no_column_split_fits_is_split_row_wise_in_torchrecs_layout():
+    """Row-wise over all devices, shard r on device r: the layout TorchRec's DMP trains."""
+    narrow = Table("narrow", 3 * GIB // 8 + 5, 4, 2.0)
+    small = tuple(Table(f"s{i}", 20_000, 16, 1.0 + i) for i in range(5))
+    task = PlacementTask((narrow, *small), 4, GIB, "fp16")
+    assert memory_splits(task) == (Split("narrow", "row", 4),)
+    for method in SPLIT_METHODS:
+        placement = place(task, method)
+        assert Split("narrow", "row", 4) in placement.splits and is_legal(task, placement)
+        assert placement.devices[:4] == (0, 1, 2, 3) and placement.method == method
+        exported = torchrec_plan_dict(task, placement)["plan"]["embedding_bags"]["narrow"]
+        assert exported["sharding_type"] == "row_wise" and exported["ranks"] == [0, 1, 2, 3]
+    alone = PlacementTask((narrow,), 4, GIB, "fp16")
+    assert place(alone, "lookup").devices == (0, 1, 2, 3)
     with pytest.raises(InfeasibleError, match="row-wise over all 2 devices"):
         place(PlacementTask(task.tables, 2, GIB, "fp16"), "lookup")
 

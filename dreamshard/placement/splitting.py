@@ -4,8 +4,10 @@ Two reasons to split a table (`tables.shards`):
 
 - **Memory.** A table larger than one device cannot be placed whole. It is halved column-wise
   until its shards fit, up to as many shards as devices and widths of 4; a table that still
-  fits no device is split row-wise instead, into the fewest even row ranges that fit (at most
-  one per device). `memory_splits` gives these; without them such a task is infeasible.
+  fits no device is split row-wise instead, over all D devices in blocks of ceil(rows / D)
+  rows, shard r on device r: TorchRec's row-wise layout, so the plan trains in its
+  `DistributedModelParallel`. `memory_splits` gives these; without them such a task is
+  infeasible.
 - **Balance.** A table whose cost alone exceeds the mean device load bounds every table-wise
   plan from below: no device can be lighter than the one that holds it. The heuristics'
   documented rule (`balance_splits`): while the costliest shard's key exceeds the mean device
@@ -20,14 +22,15 @@ with its splits; the planners above decide which splits (`dreamshard` with its c
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
+
+import numpy as np
 
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.report import format_bytes
-from dreamshard.tables.shards import Split, max_column_parts, split_table
+from dreamshard.tables.shards import Split, max_column_parts, split_problem, split_table
 from dreamshard.tables.table import Table
 
 SPLIT_MODES = ("none", "auto")
@@ -48,15 +51,28 @@ def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
         if shard <= cap:
             splits.append(Split(table.name, "column", parts))
             continue
-        rows = math.ceil(size / cap)
-        if rows > task.num_devices or rows > table.rows:
+        d = task.num_devices
+        if split_problem(table, "row", d) or task.bytes_of(split_table(table, "row", d)[0]) > cap:
             raise InfeasibleError(
                 f"table {table.name} needs {format_bytes(size)}: split row-wise over all "
-                f"{task.num_devices} devices it still exceeds one device's {format_bytes(cap)}; "
+                f"{d} devices it still exceeds one device's {format_bytes(cap)}; "
                 "raise the memory per device or add devices"
             )
-        splits.append(Split(table.name, "row", rows))
+        splits.append(Split(table.name, "row", d))
     return tuple(splits)
+
+
+def pinned_shards(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[int, int]:
+    """Shard index -> device for the shards whose device is fixed: a table split row-wise over
+    all D devices keeps shard r on device r, TorchRec's row-wise layout (the only one its
+    training routes ids by; `integrations.torchrec_export`)."""
+    rows = {s.table for s in splits if s.kind == "row" and s.parts == shards.num_devices}
+    pinned, rank = {}, {}
+    for i, table in enumerate(shards.tables):
+        if table.shard is not None and table.shard.of in rows:
+            pinned[i] = rank.setdefault(table.shard.of, 0)
+            rank[table.shard.of] += 1
+    return pinned
 
 
 def balance_splits(
@@ -88,7 +104,37 @@ def split_place(
     task: PlacementTask,
     splits: tuple[Split, ...],
     planner: Callable[[PlacementTask], Placement],
+    method: str = "",
 ) -> Placement:
-    """`planner`'s placement of the shards of `task` under `splits`, carrying the splits."""
-    placement = planner(shard_task(task, splits))
-    return replace(placement, splits=tuple(splits))
+    """`planner`'s placement of the shards of `task` under `splits`, carrying the splits.
+
+    Row shards pinned to their devices (`pinned_shards`) are placed first; the planner places
+    the other shards within what they leave (each device's cap less the largest pinned load,
+    so every device keeps room), without weighing the pinned shards' cost, which row ranges of
+    one table spread over every device alike."""
+    shards = shard_task(task, splits)
+    pinned = pinned_shards(shards, splits)
+    if not pinned:
+        return replace(planner(shards), splits=tuple(splits))
+    sizes = shards.table_bytes()
+    load = np.zeros(task.num_devices, dtype=np.int64)
+    for i, d in pinned.items():
+        load[d] += sizes[i]
+    free = [i for i in range(len(shards.tables)) if i not in pinned]
+    devices = np.zeros(len(shards.tables), dtype=np.int64)
+    devices[list(pinned)] = list(pinned.values())
+    placement = Placement((), method)  # when every shard is pinned, the planner has none
+    if free:
+        rest = replace(
+            shards,
+            tables=tuple(shards.tables[i] for i in free),
+            memory_cap_bytes=int(task.memory_cap_bytes - load.max()),
+        )
+        if rest.memory_cap_bytes <= 0:
+            raise InfeasibleError(
+                "the row-wise shards leave no memory for the other tables; raise the memory "
+                "per device or add devices"
+            )
+        placement = planner(rest)
+        devices[free] = placement.devices
+    return replace(placement, devices=tuple(int(d) for d in devices), splits=tuple(splits))

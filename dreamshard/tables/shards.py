@@ -51,7 +51,7 @@ def split_problem(table: Table, kind: str, parts: int) -> str | None:
                 f"table {table.name}: dim {table.dim} does not split into {parts} column shards "
                 "whose widths are multiples of 4"
             )
-    elif parts > table.rows:
+    elif parts > table.rows or (parts - 1) * -(-table.rows // parts) >= table.rows:
         return f"table {table.name}: {table.rows} rows do not split into {parts} row shards"
     return None
 
@@ -86,9 +86,10 @@ def split_table(table: Table, kind: str, parts: int) -> tuple[Table, ...]:
 
 
 def row_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
-    """`parts` contiguous row ranges of nearly equal length (the first ones one row longer)."""
-    edges = [rows * k // parts for k in range(parts + 1)]
-    return list(zip(edges[:-1], edges[1:]))
+    """`parts` contiguous row ranges of ceil(rows / parts) rows, the last one shorter: the
+    blocks TorchRec's row-wise sharding routes ids by, so our row shards are its shards."""
+    block = -(-rows // parts)
+    return [(k * block, min((k + 1) * block, rows)) for k in range(parts)]
 
 
 def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
