@@ -41,17 +41,23 @@ def device_labels(num_devices: int) -> list[str]:
 
 
 def table_bars(tables: pd.DataFrame, labels: list[str], marker: dict, **trace) -> go.Bar:
-    """One bar segment per row of `tables` on its device, named inside, features on hover."""
+    """One bar segment per row of `tables` on its device, labelled inside (a shard by its
+    range alone, `[c0:16]`: its colour names the table), its name and features on hover."""
+    inside = [
+        name.removeprefix(of) if name != of else name
+        for name, of in zip(tables["table"], tables["of"])
+    ]
     return go.Bar(
         x=[labels[d] for d in tables["device"]],
         y=tables["memory_mib"],
-        text=tables["table"],
+        text=inside,
+        hovertext=tables["table"],
         textposition="inside",
         insidetextanchor="middle",
         marker=marker,
         customdata=tables[["rows", "dim", "pooling_factor", "lookups"]].to_numpy(),
         hovertemplate=(
-            "<b>%{text}</b> on %{x}<br>%{y:.1f} MiB<br>rows %{customdata[0]:,}"
+            "<b>%{hovertext}</b> on %{x}<br>%{y:.1f} MiB<br>rows %{customdata[0]:,}"
             "<br>dim %{customdata[1]}<br>pooling factor %{customdata[2]:.2f}"
             "<br>lookups per sample %{customdata[3]:.0f}<extra></extra>"
         ),
@@ -91,7 +97,14 @@ def tables_figure(tables: pd.DataFrame, num_devices: int, cap_mib: float) -> go.
                 labels,
                 {
                     "color": next(colours),
-                    "pattern": {"shape": "/", "fgcolor": "white", "fgopacity": 0.5},
+                    # overlay: the colour fills the bar, white hatching over it
+                    "pattern": {
+                        "shape": "/",
+                        "fillmode": "overlay",
+                        "fgcolor": "white",
+                        "fgopacity": 0.4,
+                        "solidity": 0.15,
+                    },
                     "line": {"color": "white", "width": 1},
                 },
                 name=f"{of}: {split}",

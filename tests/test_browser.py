@@ -102,6 +102,13 @@ def browser(tmp_path):
 
 def open_and_wait(driver, url: str, name: str, ready, what: str) -> Path:
     """Open `url`, wait until `ready(driver)` or an exception shows, save a screenshot."""
+    driver.get(url)
+    return wait_and_save(driver, name, ready, what)
+
+
+def wait_and_save(driver, name: str, ready, what: str) -> Path:
+    """Wait until `ready(driver)` or an exception shows on the page open now, save a
+    screenshot."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -111,7 +118,7 @@ def open_and_wait(driver, url: str, name: str, ready, what: str) -> Path:
 
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    driver.get(url)
+    url = driver.current_url
     try:
         WebDriverWait(driver, RENDER_TIMEOUT_S).until(ready_or_failed)
     except TimeoutException:
@@ -174,3 +181,58 @@ def test_placement_explorer_and_comparison_render_in_chromium(server, browser):
     assert "Compare planners" in browser.page_source
     for path in (placement, compare):
         assert path.stat().st_size > 20_000  # a real picture, not a blank page
+
+
+def click_text(driver, selector: str, text: str) -> None:
+    """Click the first element matching `selector` whose text is `text` (waits for it)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def found(d):
+        return next(
+            (e for e in d.find_elements(By.CSS_SELECTOR, selector) if e.text.strip() == text),
+            False,
+        )
+
+    WebDriverWait(driver, RENDER_TIMEOUT_S).until(found).click()
+
+
+def choose(driver, label: str, option: str) -> None:
+    """Pick `option` in the select box labelled `label` (a combo box: its input carries the
+    label, the button beside it opens the options)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    field = f'input[role="combobox"][aria-label="{label}"]'
+    WebDriverWait(driver, RENDER_TIMEOUT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, field))
+    driver.find_element(By.CSS_SELECTOR, field).find_element(
+        By.XPATH, "following-sibling::button"
+    ).click()
+    click_text(driver, '[role="option"]', option)
+
+
+def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
+    """The pasted example spec placed by `lookup` with split auto: history_items is halved
+    column-wise twice, and its four shards are drawn under one legend entry."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    legend = "history_items: column-wise into 4 shards"
+    screenshot(browser, f"{server}/place_tables", 1, "dashboard-place-tables")
+    click_text(browser, '[data-testid="stRadio"] label', "Paste CSV")
+    WebDriverWait(browser, RENDER_TIMEOUT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stTextArea"] textarea')
+    )
+    choose(browser, "Planner or registered model", "lookup")
+
+    def drawn(d) -> bool:
+        texts = [e.text for e in d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .legendtext")]
+        return legend in texts and len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 2
+
+    path = wait_and_save(browser, "dashboard-place-split", drawn, legend)
+    assert "history_items column-wise into 4 shards" in browser.page_source
+    planner = browser.find_element(
+        By.CSS_SELECTOR, 'input[aria-label="Planner or registered model"]'
+    )
+    assert planner.get_attribute("value") == "lookup"
+    assert path.stat().st_size > 20_000

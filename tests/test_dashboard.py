@@ -167,12 +167,13 @@ def test_place_tables_page_places_a_pasted_spec(store_env):
 
 
 def bar_segments(figure: dict) -> list[tuple[str, str, float, str]]:
-    """(trace name, segment text, MiB, device label) of every bar segment of a tables figure."""
+    """(trace name, table or shard name, MiB, device label) of every bar segment of a tables
+    figure."""
     return [
-        (trace.get("name", ""), text, mib, device)
+        (trace.get("name", ""), name, mib, device)
         for trace in figure["data"]
         if trace["type"] == "bar"
-        for text, mib, device in zip(trace["text"], values(trace["y"]), trace["x"])
+        for name, mib, device in zip(trace["hovertext"], values(trace["y"]), trace["x"])
     ]
 
 
@@ -196,7 +197,8 @@ def test_place_tables_page_shows_a_split_plans_shards(store_env):
     traces = {name for name, text, _, _ in segments if text in shards}
     assert traces == {"history_items: column-wise into 4 shards"}  # one colour for all four
     (trace,) = [t for t in layout["data"] if t.get("name") in traces]
-    assert isinstance(trace["marker"]["color"], str)
+    assert isinstance(trace["marker"]["color"], str)  # one colour, not the lookups scale
+    assert sorted(trace["text"]) == sorted(name.removeprefix("history_items") for name in shards)
     assert "shards" in layout["layout"]["xaxis"]["ticktext"][0]
     assert predicted["data"][0]["x"] == [f"device {d}" for d in range(4)]  # the shards' costs
 

@@ -163,7 +163,10 @@ st.markdown(
 
 predictor, predictor_uri = model, planner
 if predictor is None and champion:
-    predictor, predictor_uri = registered_model(champion, uri), champion
+    try:
+        predictor, predictor_uri = registered_model(champion, uri), champion
+    except DreamshardError as exc:  # the placement stands; only the prediction is missing
+        st.warning(f"No predicted costs: {exc}")
 plan = plan_to_dict(task, placement) | ({"note": note} if note else {})
 layout = frames.placement_tables(task, placement)
 left, right = st.columns(2)
