@@ -1,6 +1,6 @@
 """Plans judged by real TorchRec training steps (the `dmp` backend), and the proxy's validity.
 
-Run: .venv/bin/python benchmarks/torchrec_e2e.py [--suite cpu-24x2] [--tasks 4] [--rounds 8]
+Run: .venv/bin/python benchmarks/torchrec_e2e.py [--suite cpu-24x2] [--tasks 4] [--rounds 10]
          [--steps 30] [--warmup 5] [--proxy-rounds 3] [--model MODEL] [--out REPORT.md]
 Smoke run: --tasks 1 --rounds 2 --steps 5 --proxy-rounds 1
 
@@ -16,10 +16,12 @@ Plans: `dreamshard`, whole tables as in the paper (`--model`, else the registere
 the state folder has one, else a model trained here on the suite's training tasks with
 `--train-backend`; the report says which) and `dreamshard_split` (the same model with
 `--split auto`: it may cut tables column-wise); TorchRec's planner on our memory cap without
-its reservation, restricted to table-wise (`torchrec_tw`) and allowed to shard column- and
-row-wise too (`torchrec_split`); TorchRec's planner with its defaults (`torchrec_default`: its
-own topology for this host's device kind, no memory cap of ours, any sharding type; it may
-choose data-parallel, so it runs as TorchRec's own ShardingPlan); and the heuristics `dim`,
+its reservation, restricted to table-wise (`torchrec_tw`), allowed column-wise too
+(`torchrec_cw`, the sharding types `dreamshard_split` uses) and allowed row-wise as well
+(`torchrec_split`, what `--method torchrec --split auto` gives); TorchRec's planner with its
+defaults (`torchrec_default`: its own topology for this host's device kind, no memory cap of
+ours, any sharding type; it may choose data-parallel, so it runs as TorchRec's own
+ShardingPlan); and the heuristics `dim`,
 `size`, `lookup`, `size_lookup`, `random` (whole tables). The same placements (all but
 `torchrec_default`) are also measured by the in-process `fbgemm` proxy in `--proxy-rounds`
 interleaved rounds, and the Spearman rank correlation of the proxy's costs with DMP's says how
@@ -65,8 +67,10 @@ from dreamshard.learn.train_config import TrainConfig
 from dreamshard.methods import named_planner, resolve_model
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.planners.torchrec_planner import (
+    placement_from_sharding,
+    plan_with_torchrec,
     quiet_torchrec,
     torchrec_place,
     torchrec_request,
@@ -75,19 +79,22 @@ from dreamshard.report import format_bytes, markdown_table
 from dreamshard.state import state_dir
 
 RESULTS = Path(__file__).parent / "results" / "torchrec_e2e.md"
+PROFILE_PROGRAM = str(Path(__file__).parent / "dmp_step_profile.py")
+PROFILED = ("lookup", "random", "dreamshard_split", "torchrec_cw", "torchrec_split")
 MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 HEURISTICS = ("dim", "size", "lookup", "size_lookup", "random")
 PLANS = (
     "dreamshard",
     "dreamshard_split",
     "torchrec_tw",
+    "torchrec_cw",
     "torchrec_split",
     "torchrec_default",
     *HEURISTICS,
 )
-REFERENCES = ("lookup", "torchrec_tw", "torchrec_split")  # paired ratios to each
+REFERENCES = ("lookup", "torchrec_tw", "torchrec_cw")  # paired ratios to each
 # dreamshard against TorchRec's planner on the same memory and the same sharding types
-TARGETS = (("dreamshard", "torchrec_tw"), ("dreamshard_split", "torchrec_split"))
+TARGETS = (("dreamshard", "torchrec_tw"), ("dreamshard_split", "torchrec_cw"))
 CLOCKS = ("wall", "cpu")  # the step's wall clock; the slowest rank's CPU time in it
 CHAMPION_URI = "models:/dreamshard-policy@champion"
 
@@ -119,6 +126,19 @@ def torchrec_default_plan(task: PlacementTask, device: str) -> dict:
     data = sharding_plan_to_dict(plan, "torchrec_default", task.name, task.num_devices)
     data["plan"] = {MODULE_PATH: data["plan"][""]}
     return data
+
+
+def torchrec_column_place(task: PlacementTask) -> Placement:
+    """TorchRec's planner on our cap without its reservation, allowed the sharding types
+    `dreamshard --split auto` uses where every table fits a device: table- and column-wise
+    (`torchrec_place(split="auto")` also offers row-wise)."""
+    request = torchrec_request(task, reserve=False, split="auto")
+    for constraint in request.constraints.values():
+        constraint.sharding_types = [k for k in constraint.sharding_types if k != "row_wise"]
+    plan = plan_with_torchrec(request)
+    placement = placement_from_sharding(task, plan.plan[""], "torchrec_cw")
+    check_legal(task, placement)
+    return placement
 
 
 def champion_or_none():
@@ -161,6 +181,7 @@ def place_task(task: PlacementTask, model, device: str) -> dict[str, Placement |
         "dreamshard": named_planner("dreamshard", model)(task, 0),
         "dreamshard_split": named_planner("dreamshard", model, split="auto")(task, 0),
         "torchrec_tw": torchrec_place(task, reserve=False),
+        "torchrec_cw": torchrec_column_place(task),
         "torchrec_split": torchrec_place(task, reserve=False, split="auto"),
         "torchrec_default": torchrec_default_plan(task, device),
     }
@@ -205,7 +226,7 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="cpu-24x2", help="held-out tasks of this suite")
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks")
-    parser.add_argument("--rounds", type=int, default=8, help="interleaved DMP rounds")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved DMP rounds")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per plan and round")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
     parser.add_argument("--proxy-rounds", type=int, default=3, help="fbgemm proxy rounds")
@@ -216,6 +237,12 @@ def main(argv: list[str] | None = None) -> str:
         choices=["fbgemm", "simulated"],
         help="where a model trained here learns (default simulated: about 2 min; fbgemm took "
         "15+ min on the busy shared host)",
+    )
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="skip profiling where the first task's steps spend their time",
     )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -250,6 +277,7 @@ def main(argv: list[str] | None = None) -> str:
         loads.append(os.getloadavg()[0])
         per_task.append(task_record(task, plans, run, index, proxy_costs, where[t]))
     dmp_s = time.monotonic() - dmp_began
+    profiled = step_profile(backend, tasks[0], placed[0]) if args.profile else {}
     result = {
         "args": vars(args),
         "model": model_note,
@@ -265,6 +293,7 @@ def main(argv: list[str] | None = None) -> str:
             "all": time.monotonic() - began,
         },
         "tasks": per_task,
+        "profile": profiled,
         "summary": {clock: summarize(per_task, clock) for clock in CLOCKS},
     }
     report = render(result, argv)
@@ -273,6 +302,30 @@ def main(argv: list[str] | None = None) -> str:
     write_json_atomic(out.with_suffix(".json"), result)
     print(report)
     return report
+
+
+def step_profile(backend: DmpBackend, task: PlacementTask, plans: dict) -> dict:
+    """Per plan of `PROFILED` (distinct ones), per rank: the median step and its self CPU time
+    by category (`dmp_step_profile.py`)."""
+    unique, index = distinct({n: plans[n] for n in PROFILED})
+    names = [next(n for n in PROFILED if index[n] == i) for i in range(len(unique))]
+    job = {**backend.job(task, unique, rounds=1), "names": names}
+    print(f"{task.name}: profiling {', '.join(names)}", flush=True)
+    ranks = backend.run(job, task.num_devices, PROFILE_PROGRAM)["ranks"]
+    return {"task": task.name, "plans": {n: [r[n] for r in ranks] for n in names}}
+
+
+def profile_table(profiled: dict) -> str:
+    parts = sorted(
+        {k for ranks in profiled["plans"].values() for r in ranks for k in r["parts_ms"]}
+    )
+    header = ["plan", "rank", "step ms (median, profiled)", *[f"{p} ms" for p in parts]]
+    rows = [
+        [name, rank, f"{r['step_ms']:.1f}", *[f"{r['parts_ms'].get(p, 0.0):.1f}" for p in parts]]
+        for name, ranks in profiled["plans"].items()
+        for rank, r in enumerate(ranks)
+    ]
+    return markdown_table(header, rows)
 
 
 def task_record(task, plans, run, index, proxy_costs, where) -> dict:
@@ -394,7 +447,7 @@ def render(result: dict, argv: list[str] | None) -> str:
     caps = ", ".join(format_bytes(t["cap_bytes"]) for t in tasks)
     kinds = {
         name: sorted({k for t in tasks for k in t["sharding_types"][name]})
-        for name in ("torchrec_split", "dreamshard_split", "torchrec_default")
+        for name in ("dreamshard_split", "torchrec_cw", "torchrec_split", "torchrec_default")
     }
     seconds = result["seconds"]
     targets = "; ".join(
@@ -419,8 +472,10 @@ def render(result: dict, argv: list[str] | None) -> str:
         "over tasks; the interval bootstraps the tasks). Spreads: the median over tasks of the "
         "coefficient of variation over rounds, of the paired ratio to lookup and of the step.",
         "`torchrec_tw`: TorchRec's planner restricted to table-wise (fused kernel) on our cap "
-        "with no reservation; `torchrec_split`: the same allowed column- and row-wise "
-        f"(sharding types chosen here: {', '.join(kinds['torchrec_split'])}); "
+        "with no reservation; `torchrec_cw`: the same allowed column-wise too (sharding types "
+        f"chosen here: {', '.join(kinds['torchrec_cw'])}); `torchrec_split`: allowed column- "
+        "and row-wise (`--method torchrec --split auto`; sharding types chosen: "
+        f"{', '.join(kinds['torchrec_split'])}); "
         "`dreamshard_split`: dreamshard with `--split auto` (sharding types: "
         f"{', '.join(kinds['dreamshard_split'])}); `torchrec_default`: TorchRec's defaults "
         f"(sharding types: {', '.join(kinds['torchrec_default'])}), memory not capped by ours. "
@@ -439,6 +494,17 @@ def render(result: dict, argv: list[str] | None) -> str:
         plan_table(summary["cpu"]),
         agreement(summary["cpu"]),
     ]
+    if result["profile"]:
+        lines += [
+            f"## Where a step's time goes ({result['profile']['task']})",
+            "Self CPU time per step of each rank's operators under the PyTorch profiler, by "
+            "category (`benchmarks/dmp_step_profile.py`: embedding kernels = fbgemm's fused "
+            "forward and backward with the optimizer, what the proxy times; collectives = "
+            "TorchRec's all-to-alls of ids and pooled embeddings, the data-parallel all-reduce "
+            "and their waits; other = TorchRec's and Python's own work per step). The profiler "
+            "slows the step; the shares are what counts.",
+            profile_table(result["profile"]),
+        ]
     return "\n\n".join(lines) + "\n"
 
 

@@ -136,6 +136,26 @@ class DmpBackend:
     ) -> DmpRun:
         """Every plan (a `Placement` of the task, or a TorchRec plan in its JSON form,
         `integrations.torchrec_export`) trained under DMP, in `rounds` interleaved rounds."""
+        job = self.job(task, plans, rounds)
+        started = time.time()
+        result = self.run(job, task.num_devices)
+        finished = time.time()
+        ranks = result["ranks"]
+        return DmpRun(
+            step_ms=np.array([r["step_ms"] for r in ranks]),
+            cpu_ms=np.array([r["cpu_ms"] for r in ranks]),
+            cv=np.array([r["cv"] for r in ranks]),
+            losses=[[r["loss"][p] for r in ranks] for p in range(len(plans))],
+            sharding_types=ranks[0]["sharding_types"],
+            process_group=result["backend"],
+            batch=job["global_batch"],
+            clock=self.steps.clock,
+            info={"started": started, "finished": finished, "device": ranks[0]["device"]},
+        )
+
+    def job(self, task: PlacementTask, plans: Sequence[Placement | dict], rounds: int) -> dict:
+        """What the program is told: the tables, the plans, the batch and the step settings;
+        DreamshardError first when the plans or this host cannot be run."""
         task.validate()
         entries = [self._plan_entry(task, plan) for plan in plans]
         self._check_host(task, len(entries))
@@ -144,29 +164,28 @@ class DmpBackend:
             raise DreamshardError(
                 f"a batch of {batch} cannot be split over {task.num_devices} ranks"
             )
-        job = {
+        return {
             "tables": [table_to_dict(t) for t in task.tables],
             "plans": entries,
             "global_batch": batch,
             "rounds": rounds,
             **asdict(self.steps),
         }
+
+    def run(self, job: dict, ranks: int, program: str = PROGRAM) -> dict:
+        """The program (a module, or a script's path) on `ranks` ranks under torchrun, holding
+        the host's measurement lock, retried once; its result JSON."""
         with host_lock():  # one measurement at a time on this host (costs/host_lock.py)
-            started = time.time()
-            result = self._run(job, task.num_devices)
-            finished = time.time()
-        ranks = result["ranks"]
-        return DmpRun(
-            step_ms=np.array([r["step_ms"] for r in ranks]),
-            cpu_ms=np.array([r["cpu_ms"] for r in ranks]),
-            cv=np.array([r["cv"] for r in ranks]),
-            losses=[[r["loss"][p] for r in ranks] for p in range(len(entries))],
-            sharding_types=ranks[0]["sharding_types"],
-            process_group=result["backend"],
-            batch=batch,
-            clock=self.steps.clock,
-            info={"started": started, "finished": finished, "device": ranks[0]["device"]},
-        )
+            for attempt in range(self.retries + 1):
+                try:
+                    return run_job(
+                        program, ranks, job, timeout_s=self.timeout_s, threads=self.steps.threads
+                    )
+                except TorchrunError as exc:
+                    if attempt == self.retries:
+                        raise MeasurementError(str(exc)) from exc
+                    print(f"dreamshard: DMP run failed ({exc}); retrying", file=sys.stderr)
+        raise AssertionError("unreachable")
 
     def _plan_entry(self, task: PlacementTask, plan: Placement | dict) -> dict:
         if isinstance(plan, Placement):
@@ -208,18 +227,6 @@ class DmpBackend:
                 f"training {plans} plan(s) of these tables under DMP needs about "
                 f"{format_bytes(needed)} of host memory; only {format_bytes(free)} is available"
             )
-
-    def _run(self, job: dict, ranks: int) -> dict:
-        for attempt in range(self.retries + 1):
-            try:
-                return run_job(
-                    PROGRAM, ranks, job, timeout_s=self.timeout_s, threads=self.steps.threads
-                )
-            except TorchrunError as exc:
-                if attempt == self.retries:
-                    raise MeasurementError(str(exc)) from exc
-                print(f"dreamshard: DMP measurement failed ({exc}); retrying", file=sys.stderr)
-        raise AssertionError("unreachable")
 
 
 def host_cores() -> int:

@@ -93,14 +93,16 @@ def run_job(
     threads: int | None = None,
     env: dict | None = None,
 ) -> dict:
-    """Run `python -m <module> --job job.json --out result.json` on `nprocs` ranks.
+    """Run `python -m <module> --job job.json --out result.json` on `nprocs` ranks (`module`
+    may also be a script's path, ending in .py, run as `python <script> ...`).
 
     The program reads the job, and one rank writes the result JSON, which is returned.
     """
     with tempfile.TemporaryDirectory(prefix="dreamshard-job-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_path.write_text(json.dumps(job))
-        program = ["-m", module, "--job", str(job_path), "--out", str(out_path)]
+        start = [module] if module.endswith(".py") else ["-m", module]
+        program = [*start, "--job", str(job_path), "--out", str(out_path)]
         done = torchrun(program, nprocs, timeout_s=timeout_s, threads=threads, env=env)
         if not out_path.exists():
             raise TorchrunError(
