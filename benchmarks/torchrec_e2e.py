@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> str:
         help="skip profiling where the first task's steps spend their time",
     )
     parser.add_argument("--out", default=str(RESULTS))
+    argv = sys.argv[1:] if argv is None else argv  # the report records the command as run
     args = parser.parse_args(argv)
     began = time.monotonic()
     loads = [os.getloadavg()[0]]

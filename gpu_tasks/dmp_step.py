@@ -18,7 +18,8 @@ clock, and this process's CPU time during the step, which leaves out the time it
 by other work on a shared host and the time it was blocked waiting for the other ranks.
 
 This program sits at the top of the stack, as a user's TorchRec program would: it imports the
-plan conversion from `dreamshard.integrations.torchrec_export`; nothing imports it.
+plan conversion from `dreamshard.integrations.torchrec_export`; nothing in the library imports
+it (`costs/dmp.py` starts it under torchrun).
 """
 
 from __future__ import annotations
