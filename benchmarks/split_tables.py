@@ -1,15 +1,16 @@
 """Split tables on real kernels: what halving a width buys, and split plans beside table-wise ones.
 
 Run: .venv/bin/python benchmarks/split_tables.py [--suites cpu-50x4,cpu-100x8] [--tasks 4]
-         [--rounds 5] [--model PATH|URI] [--planners lookup,size_lookup,...]
+         [--rounds 4] [--model PATH|URI] [--planners lookup,size_lookup,...]
 On the fbgemm backend in process (this host's CPU, fp32 weights, communication modeled by the
 cpu-gloo topology), in interleaved rounds in one run (about 25 minutes with the defaults):
 
 (a) the hottest table of the first suite's held-out tasks (its lookups x width against the
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
-(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, and every
-    task's tables timed alone (one kernel each) for its balanced bound.
+(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, the lookup
+    heuristics under their balance rule halving row-wise instead (`--row-rule`, a proposal),
+    and every task's tables timed alone (one kernel each).
 
 The model of `dreamshard` is `--model`, else the registry's champion
 (`models:/dreamshard-policy@champion`, where the state folder has a registry), else
@@ -43,16 +44,22 @@ from dreamshard.files import write_json_atomic, write_text_atomic
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.methods import named_planner, resolve_model
+from dreamshard.placement import heuristics
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_task
+from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
-from dreamshard.tables.shards import split_table
+from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.table import Table
 
 RESULTS = Path(__file__).parent / "results"
 PLANNERS = ("dim", "size", "lookup", "size_lookup", "search_analytic", "dreamshard")
 SPLIT = " +split"  # the name of a planner's --split auto plan
+ROW_SPLIT = " +row rule"  # a heuristic under the balance rule, halving row-wise (a proposal)
+ROW_RULE = ("lookup", "size_lookup")
 TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
 
 
@@ -60,8 +67,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default="cpu-50x4,cpu-100x8")
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks per suite")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--planners", default=",".join(PLANNERS))
+    parser.add_argument(
+        "--row-rule",
+        default=",".join(ROW_RULE),
+        help="heuristics also run with the balance rule halving row-wise ('' for none)",
+    )
     parser.add_argument("--model", help="dreamshard's model (default: see the docstring)")
     parser.add_argument(
         "--labels",
@@ -79,10 +91,16 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = [t for s in suites for t in s.test_tasks]
     suite_of = [s.spec.name for s in suites for _ in s.test_tasks]
 
-    named = {}
+    named, variants = {}, {}  # variants: each split plan's name -> its `--split none` plan's
     for method in planners:
         named[method] = named_planner(method, model, split="none")
         named[method + SPLIT] = named_planner(method, model, split="auto")
+        variants[method + SPLIT] = method
+    for method in filter(None, args.row_rule.split(",")):
+        if method not in planners or method not in HEURISTIC_KEYS:
+            raise DreamshardError(f"--row-rule {method}: name heuristics of --planners")
+        named[method + ROW_SPLIT] = row_rule_planner(method)
+        variants[method + ROW_SPLIT] = method
     placements, plan_seconds, _ = place_all(tasks, named)
     print(f"placed in {time.monotonic() - began:.0f} s", flush=True)
 
@@ -94,14 +112,16 @@ def main(argv: list[str] | None = None) -> dict:
     backend = FbgemmBackend()
     seen: dict[tuple[int, int], PlacementCost] = {}
     load_avg = [os.getloadavg()]
+    progress = Progress(args.rounds * len(every), f"measuring {len(every)} placements")
 
     def on_measure(r: int, i: int, cost: PlacementCost) -> None:
         seen[(r, i)] = cost
+        progress.step(f"round {r + 1}: {cost.overall:.1f} ms")
         if len(seen) % len(every) == 0:  # a round ends
             load_avg.append(os.getloadavg())
 
-    print(f"measuring {len(every)} placements x {args.rounds} rounds", flush=True)
     overall = measure_interleaved(backend, every, args.rounds, seed=0, on_measure=on_measure)
+    progress.close()
     raw = [[seen[(r, i)] for i in range(len(every))] for r in range(args.rounds)]
     load_avg.append(os.getloadavg())
     full = raw if args.labels == "raw" else [[normalised(c) for c in row] for row in raw]
@@ -137,18 +157,18 @@ def main(argv: list[str] | None = None) -> dict:
         "suites": {},
     }
     results["tasks"] = [
-        task_results(evaluation, t, planners, loads[:, t], alone_costs[:, t], tasks[t])
+        task_results(evaluation, t, planners, variants, loads[:, t], alone_costs[:, t], tasks[t])
         for t in range(len(tasks))
     ]
     for name in dict.fromkeys(suite_of):
         where = [t for t, s in enumerate(suite_of) if s == name]
         results["suites"][name] = suite_results(
             evaluation.subset(where),
-            planners,
+            variants,
             [results["tasks"][t] for t in where],
             results["noise_cv"],
         )
-    results["targets"] = targets(results, planners)
+    results["targets"] = targets(results, planners, variants)
     results["minutes"] = (time.monotonic() - began) / 60
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -329,7 +349,7 @@ def width_results(table, task, widths, costs: np.ndarray) -> dict:
     }
 
 
-def task_results(evaluation: Evaluation, t: int, planners, loads, alone, task) -> dict:
+def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alone, task) -> dict:
     """One task's figures. `loads` [round, planner]: each plan's mean device load; `alone`
     [round]: the task's tables timed alone."""
     names = evaluation.planners
@@ -366,12 +386,13 @@ def task_results(evaluation: Evaluation, t: int, planners, loads, alone, task) -
             "vs_best_tablewise": spread(costs[:, j] / costs[:, best_whole]),
             "splits": [asdict(s) for s in placement.splits],
             "shards": len(placement.devices),
+            "devices": device_figures(evaluation, t, j),
             "plan_s": float(evaluation.plan_seconds[t, j]),
         }
-    for p in planners:
-        none, auto = names.index(p), names.index(p + SPLIT)
+    for variant, base in variants.items():
+        none, auto = names.index(base), names.index(variant)
         same = placements[none].devices == placements[auto].devices and not placements[auto].splits
-        result["planners"][p + SPLIT]["vs_none"] = {
+        result["planners"][variant]["vs_none"] = {
             **spread(costs[:, auto] / costs[:, none]),
             "same_plan": same,
         }
@@ -395,38 +416,73 @@ def tables_alone_bound(task: PlacementTask, alone: np.ndarray) -> np.ndarray:
 
 def slowest_holds_one(evaluation: Evaluation, t: int, j: int) -> bool:
     """Whether the slowest device (by mean total over rounds) of a placement holds one shard."""
+    return device_figures(evaluation, t, j)["slowest_shards"] == 1
+
+
+def device_figures(evaluation: Evaluation, t: int, j: int) -> dict:
+    """A placement's mean total per device over the rounds, its shards per device, and which
+    shards its slowest device holds."""
     totals = [sum(d.values()) for d in evaluation.breakdowns[t][j]]
+    placement = evaluation.placements[t][j]
+    tables = placement_task(evaluation.tasks[t], placement).tables
     slowest = int(np.argmax(totals))
-    return evaluation.placements[t][j].devices.count(slowest) == 1
+    held = [tables[i].name for i, d in enumerate(placement.devices) if d == slowest]
+    return {
+        "total_ms": totals,
+        "shards": np.bincount(placement.devices, minlength=len(totals)).tolist(),
+        "slowest": slowest,
+        "slowest_shards": len(held),
+        "slowest_holds": held if len(held) <= 4 else held[:4] + [f"... {len(held) - 4} more"],
+    }
 
 
-def suite_results(evaluation: Evaluation, planners, tasks: list[dict], noise: float) -> dict:
+def row_rule_planner(method: str):
+    """`method` under the heuristics' balance rule with row-wise halving instead of
+    column-wise: the same tables and parts (`balance_splits`), cut into row ranges. A row
+    shard has the lookups of its rows, so halving it halves its lookup key as the rule
+    assumes; a column shard keeps all its table's lookups. Tested here as a proposal."""
+    key = HEURISTIC_KEYS[method]
+
+    def plan(task: PlacementTask, seed: int) -> Placement:
+        memory = memory_splits(task)
+        splits = tuple(
+            s if s in memory else Split(s.table, "row", s.parts)
+            for s in balance_splits(task, key, memory)
+        )
+        if not splits:
+            return heuristics.PLANNERS[method](task, seed)
+        shards = lambda shard_task: heuristics.PLANNERS[method](shard_task, seed)  # noqa: E731
+        return split_place(task, splits, shards, method)
+
+    return plan
+
+
+def suite_results(evaluation: Evaluation, variants, tasks: list[dict], noise: float) -> dict:
     strongest = evaluation.strongest_heuristic()
     vs_strongest = evaluation.ratios("strongest_heuristic")  # [task, planner]
     names = evaluation.planners
     rows = {}
-    for p in planners:
-        auto = p + SPLIT
-        pairs = [task["planners"][auto]["vs_none"] for task in tasks]
-        rows[p] = {
+    for variant, base in variants.items():
+        pairs = [task["planners"][variant]["vs_none"] for task in tasks]
+        rows[variant] = {
             "auto_vs_none": float(geometric_mean(np.array([x["ratio"] for x in pairs]))),
             "auto_vs_none_tasks": [x["ratio"] for x in pairs],
             "worse_beyond_noise": sum(x["min"] > 1 and x["ratio"] > 1 + noise for x in pairs),
             "better_beyond_noise": sum(x["max"] < 1 and x["ratio"] < 1 - noise for x in pairs),
-            "tasks_split": sum(bool(task["planners"][auto]["splits"]) for task in tasks),
+            "tasks_split": sum(bool(task["planners"][variant]["splits"]) for task in tasks),
             "tables_split_per_task": float(
-                np.mean([len(task["planners"][auto]["splits"]) for task in tasks])
+                np.mean([len(task["planners"][variant]["splits"]) for task in tasks])
             ),
-            "vs_strongest_none": float(geometric_mean(vs_strongest[:, names.index(p)])),
-            "vs_strongest_auto": float(geometric_mean(vs_strongest[:, names.index(auto)])),
+            "vs_strongest_none": float(geometric_mean(vs_strongest[:, names.index(base)])),
+            "vs_strongest_auto": float(geometric_mean(vs_strongest[:, names.index(variant)])),
             "vs_bound_none": float(
                 geometric_mean(
-                    np.array([task["planners"][p]["vs_bound"]["ratio"] for task in tasks])
+                    np.array([task["planners"][base]["vs_bound"]["ratio"] for task in tasks])
                 )
             ),
             "vs_bound_auto": float(
                 geometric_mean(
-                    np.array([task["planners"][auto]["vs_bound"]["ratio"] for task in tasks])
+                    np.array([task["planners"][variant]["vs_bound"]["ratio"] for task in tasks])
                 )
             ),
         }
@@ -444,7 +500,7 @@ def suite_results(evaluation: Evaluation, planners, tasks: list[dict], noise: fl
     }
 
 
-def targets(results: dict, planners) -> dict:
+def targets(results: dict, planners, variants) -> dict:
     """The issue's targets, with the figures measured here (met or not)."""
     bound_tasks = [t for t in results["tasks"] if t["single_table_bound"]]
     found = {"single_table_bound_tasks": [t["task"] for t in bound_tasks]}
@@ -471,11 +527,11 @@ def targets(results: dict, planners) -> dict:
             "met_bound_3pct": bool(rows) and all(r["vs_bound"] <= TARGET_BOUND for r in rows),
         }
     every = {}
-    for p in planners:
+    for variant in variants:
         values = np.concatenate(
-            [results["suites"][s]["vs_strongest_per_task"][p + SPLIT] for s in results["suites"]]
+            [results["suites"][s]["vs_strongest_per_task"][variant] for s in results["suites"]]
         )
-        every[p + SPLIT] = float(geometric_mean(values))
+        every[variant] = float(geometric_mean(values))
     values = np.concatenate(
         [results["suites"][s]["best_split_vs_strongest_tasks"] for s in results["suites"]]
     )
@@ -483,8 +539,8 @@ def targets(results: dict, planners) -> dict:
     found["vs_strongest_tablewise_heuristic"] = every
     found["met_0.95"] = {k: v <= TARGET_HEURISTIC for k, v in every.items()}
     found["worse_than_none_beyond_noise"] = {
-        p: sum(results["suites"][s]["planners"][p]["worse_beyond_noise"] for s in results["suites"])
-        for p in planners
+        v: sum(results["suites"][s]["planners"][v]["worse_beyond_noise"] for s in results["suites"])
+        for v in variants
     }
     return found
 
@@ -621,7 +677,8 @@ def render_tasks(results: dict) -> str:
         rows.append(
             [
                 task["task"],
-                "yes" if task["single_table_bound"] else "no",
+                ("yes" if task["single_table_bound"] else "no")
+                + f" ({best_w['devices']['slowest_shards']} on slowest)",
                 f"{task['best_tablewise']} {np.mean(best_w['costs_ms']):.1f}",
                 f"{task['best_split']} {np.mean(best_s['costs_ms']):.1f} ({len(best_s['splits'])})",
                 f"{ratio['ratio']:.3f} ({ratio['min']:.3f}-{ratio['max']:.3f})",
@@ -693,7 +750,11 @@ DEFINITIONS = """## How the figures are made
   and under-states its cost inside a fused group (by up to 2x, seen on this host).
 - Worse (better) beyond noise: the auto/none ratio is above (below) 1 in every round and its
   mean beyond the run's median CV of a placement's cost over the rounds.
-- `tables split/task`: how many tables the `auto` plan splits, mean over the suite's tasks."""
+- `tables split/task`: how many tables the `auto` plan splits, mean over the suite's tasks.
+- `+row rule` (a proposal, not a planner of the library): the heuristic under its balance rule
+  (`placement.splitting.balance_splits`: the same tables, the same parts) with the tables cut
+  into row ranges instead of column ranges, placed by the same heuristic. Not counted in "best
+  split plan", which is the best `--split auto` plan."""
 
 
 if __name__ == "__main__":
