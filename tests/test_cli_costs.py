@@ -32,6 +32,8 @@ def plan(cli, tmp_path):
         "4",
         "--precision",
         "fp32",
+        "--split",
+        "none",
         "--out",
         str(plan),
     )
@@ -97,7 +99,7 @@ def test_bad_plans_are_refused_before_measuring(cli, plan, edit, words):
         (lambda p: p.update(num_devices="two"), "num_devices 'two' is not an integer"),
         (lambda p: p.update(memory_cap_bytes=-5), "memory_cap_bytes must be positive, got -5"),
         (lambda p: p.update(precision="int8"), "precision must be 'fp32' or 'fp16', got 'int8'"),
-        (lambda p: p.update(version=2), "version must be 1, got 2"),
+        (lambda p: p.update(version=3), "version must be 1 or 2, got 3"),
         (lambda p: p["placement"].update({"t0001": "1"}), "placement.t0001 '1' is not an integer"),
         (
             lambda p: p["placement"].update({"t0001": 2}),
