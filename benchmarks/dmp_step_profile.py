@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
+from dreamshard.integrations.torchrec_export import sharding_plan_from_dict
 from dreamshard.tables.sources import table_from_record
 from gpu_tasks.distributed import rank_main
-from gpu_tasks.dmp_step import build_model, build_plan, rank_batch, run_steps, torchrec_plan_json
+from gpu_tasks.dmp_step import build_model, rank_batch, run_steps, torchrec_plan_json
 
 # An operator's category: the first whose words its name contains (lower case); else "other"
 # (TorchRec's and Python's per-step work: awaitables, KJT permutes and splits, copies).
@@ -45,7 +46,7 @@ def run_rank(job: dict) -> dict:
     found = {}
     for name, entry in zip(job["names"], job["plans"]):
         model, optimizer = build_model(
-            tables, build_plan(torchrec_plan_json(entry, tables, device)), job, device
+            tables, sharding_plan_from_dict(torchrec_plan_json(entry, tables, device)), job, device
         )
         run_steps(model, optimizer, batch, labels, job["warmup"], device)
         with profile(activities=[ProfilerActivity.CPU]) as prof:

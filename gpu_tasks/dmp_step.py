@@ -109,33 +109,6 @@ def torchrec_plan_json(entry: dict, tables: list, device: torch.device) -> dict:
     return torchrec_plan_dict(task, placement, MODULE_PATH, compute_device=device.type)
 
 
-def build_plan(data: dict):
-    """A ShardingPlan from the JSON form. A data-parallel table (a copy on every rank, no
-    shards) gets no sharding spec, which the export's conversion does not build."""
-    from torchrec.distributed.types import ParameterSharding
-
-    from dreamshard.integrations.torchrec_export import sharding_plan_from_dict
-
-    replicated = {
-        (path, name): entry
-        for path, module in data["plan"].items()
-        for name, entry in module.items()
-        if not entry["shards"]
-    }
-    sharded = {
-        path: {name: e for name, e in module.items() if (path, name) not in replicated}
-        for path, module in data["plan"].items()
-    }
-    plan = sharding_plan_from_dict({**data, "plan": sharded})
-    for (path, name), entry in replicated.items():
-        plan.plan[path][name] = ParameterSharding(
-            sharding_type=entry["sharding_type"],
-            compute_kernel=entry["compute_kernel"],
-            ranks=list(entry["ranks"]),
-        )
-    return plan
-
-
 def build_model(tables: list, plan, job: dict, device: torch.device):
     """The training model sharded by `plan`, with its dense optimizer."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
@@ -190,9 +163,11 @@ def run_rank(job: dict) -> dict:
     labels = torch.from_numpy(
         np.random.default_rng(job["seed"] + rank).integers(0, 2, batch.stride()).astype(np.float32)
     ).to(device)
+    from dreamshard.integrations.torchrec_export import sharding_plan_from_dict  # torchrec
+
     models = []
     for entry in job["plans"]:
-        plan = build_plan(torchrec_plan_json(entry, tables, device))
+        plan = sharding_plan_from_dict(torchrec_plan_json(entry, tables, device))
         models.append(build_model(tables, plan, job, device))
     rounds, plans = job["rounds"], len(models)
     step_ms, cpu_ms, spread = (np.zeros((rounds, plans)) for _ in range(3))

@@ -125,7 +125,8 @@ def plan_header(method: str, task_name: str, num_devices: int, plan: dict) -> di
 
 
 def sharding_plan_from_dict(data: dict[str, Any]):
-    """A TorchRec `ShardingPlan` from the JSON form (needs torchrec)."""
+    """A TorchRec `ShardingPlan` from the JSON form (needs torchrec). An entry without shards
+    (data-parallel: a copy on every rank) gets no sharding spec, as TorchRec writes it."""
     require_torchrec()
     from torch.distributed._shard.metadata import ShardMetadata
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
@@ -147,7 +148,7 @@ def sharding_plan_from_dict(data: dict[str, Any]):
                 sharding_type=entry["sharding_type"],
                 compute_kernel=entry["compute_kernel"],
                 ranks=list(entry["ranks"]),
-                sharding_spec=EnumerableShardingSpec(shards),
+                sharding_spec=EnumerableShardingSpec(shards) if shards else None,
             )
         modules[module_path] = module_plan
     return ShardingPlan(modules)
