@@ -3,14 +3,16 @@
 Run: .venv/bin/python benchmarks/split_tables.py [--suites cpu-50x4,cpu-100x8] [--tasks 4]
          [--rounds 4] [--model PATH|URI] [--planners lookup,size_lookup,...]
 On the fbgemm backend in process (this host's CPU, fp32 weights, communication modeled by the
-cpu-gloo topology), in interleaved rounds in one run (about 25 minutes with the defaults):
+cpu-gloo topology), in interleaved rounds in one run (about 20 minutes with the defaults,
+longer while other measurements hold the host):
 
 (a) the hottest table of the first suite's held-out tasks (its lookups x width against the
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
-(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, the lookup
-    heuristics under their balance rule halving row-wise instead (`--row-rule`, a proposal),
-    and every task's tables timed alone (one kernel each).
+(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, two
+    proposals for the heuristics' balance rule (halving row-wise, `--row-rule`; keeping the
+    rule's splits only where the analytic model rates them cheaper, `--checked-rule`), and
+    every task's tables timed alone (one kernel each).
 
 The model of `dreamshard` is `--model`, else the registry's champion
 (`models:/dreamshard-policy@champion`, where the state folder has a registry), else
@@ -35,6 +37,7 @@ from dreamshard.costs.comm import get_topology, transfer_ms
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import normalised
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import mean_breakdown, place_all
@@ -49,6 +52,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_task
+from dreamshard.planners.split_choice import choose_splits
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -60,6 +64,7 @@ PLANNERS = ("dim", "size", "lookup", "size_lookup", "search_analytic", "dreamsha
 SPLIT = " +split"  # the name of a planner's --split auto plan
 ROW_SPLIT = " +row rule"  # a heuristic under the balance rule, halving row-wise (a proposal)
 ROW_RULE = ("lookup", "size_lookup")
+CHECKED = " +checked rule"  # the balance rule kept only where the analytic model rates it cheaper
 TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
 
 
@@ -71,8 +76,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--planners", default=",".join(PLANNERS))
     parser.add_argument(
         "--row-rule",
-        default=",".join(ROW_RULE),
-        help="heuristics also run with the balance rule halving row-wise ('' for none)",
+        help="heuristics also run with the balance rule halving row-wise (default: lookup, "
+        "size_lookup among --planners; '' for none)",
+    )
+    parser.add_argument(
+        "--checked-rule",
+        help="heuristics also run with the rule checked by the analytic model (default: the "
+        "heuristics among --planners; '' for none)",
     )
     parser.add_argument("--model", help="dreamshard's model (default: see the docstring)")
     parser.add_argument(
@@ -96,11 +106,16 @@ def main(argv: list[str] | None = None) -> dict:
         named[method] = named_planner(method, model, split="none")
         named[method + SPLIT] = named_planner(method, model, split="auto")
         variants[method + SPLIT] = method
-    for method in filter(None, args.row_rule.split(",")):
-        if method not in planners or method not in HEURISTIC_KEYS:
-            raise DreamshardError(f"--row-rule {method}: name heuristics of --planners")
-        named[method + ROW_SPLIT] = row_rule_planner(method)
-        variants[method + ROW_SPLIT] = method
+    for suffix, option, default, make in (
+        (ROW_SPLIT, args.row_rule, ROW_RULE, row_rule_planner),
+        (CHECKED, args.checked_rule, HEURISTIC_KEYS, checked_rule_planner),
+    ):
+        chosen = option.split(",") if option is not None else [p for p in default if p in planners]
+        for method in filter(None, chosen):
+            if method not in planners or method not in HEURISTIC_KEYS:
+                parser.error(f"{method}: the rule variants take heuristics of --planners")
+            named[method + suffix] = make(method)
+            variants[method + suffix] = method
     placements, plan_seconds, _ = place_all(tasks, named)
     print(f"placed in {time.monotonic() - began:.0f} s", flush=True)
 
@@ -444,17 +459,44 @@ def row_rule_planner(method: str):
     key = HEURISTIC_KEYS[method]
 
     def plan(task: PlacementTask, seed: int) -> Placement:
-        memory = memory_splits(task)
-        splits = tuple(
-            s if s in memory else Split(s.table, "row", s.parts)
-            for s in balance_splits(task, key, memory)
-        )
-        if not splits:
-            return heuristics.PLANNERS[method](task, seed)
-        shards = lambda shard_task: heuristics.PLANNERS[method](shard_task, seed)  # noqa: E731
-        return split_place(task, splits, shards, method)
+        return place_splits(task, method, seed, row_rule(task, key))
 
     return plan
+
+
+def row_rule(task: PlacementTask, key) -> tuple[Split, ...]:
+    """The balance rule's splits under `key`, its column halvings made row-wise."""
+    memory = memory_splits(task)
+    return tuple(
+        s if s in memory else Split(s.table, "row", s.parts)
+        for s in balance_splits(task, key, memory)
+    )
+
+
+def checked_rule_planner(method: str):
+    """`method` keeping the balance rule's splits (column-wise, or row-wise) only where the
+    calibrated analytic model rates the heuristic's own placement of the shards cheaper than
+    of the whole tables (`split_choice.choose_splits`; the memory splits alone win ties).
+    Tested here as a proposal."""
+    key = HEURISTIC_KEYS[method]
+    backend = SimulatedBackend()
+
+    def plan(task: PlacementTask, seed: int) -> Placement:
+        memory = memory_splits(task)
+        candidates = [memory, balance_splits(task, key, memory), row_rule(task, key)]
+        own = heuristics.PLANNERS[method]
+        rate = lambda shards: backend.measure(shards, own(shards, seed)).overall  # noqa: E731
+        return place_splits(task, method, seed, choose_splits(task, candidates, rate)[0])
+
+    return plan
+
+
+def place_splits(task: PlacementTask, method: str, seed: int, splits) -> Placement:
+    """Heuristic `method`'s placement of the shards of `task` under `splits`."""
+    own = heuristics.PLANNERS[method]
+    if not splits:
+        return own(task, seed)
+    return split_place(task, splits, lambda shards: own(shards, seed), method)
 
 
 def suite_results(evaluation: Evaluation, variants, tasks: list[dict], noise: float) -> dict:
@@ -753,8 +795,11 @@ DEFINITIONS = """## How the figures are made
 - `tables split/task`: how many tables the `auto` plan splits, mean over the suite's tasks.
 - `+row rule` (a proposal, not a planner of the library): the heuristic under its balance rule
   (`placement.splitting.balance_splits`: the same tables, the same parts) with the tables cut
-  into row ranges instead of column ranges, placed by the same heuristic. Not counted in "best
-  split plan", which is the best `--split auto` plan."""
+  into row ranges instead of column ranges, placed by the same heuristic.
+- `+checked rule` (a proposal): the heuristic keeps its rule's splits, column-wise or the row
+  rule's, only where the calibrated analytic model (the `simulated` backend) rates its own
+  placement of the shards cheaper than of the whole tables. The variants are not counted in
+  "best split plan", which is the best `--split auto` plan."""
 
 
 if __name__ == "__main__":
