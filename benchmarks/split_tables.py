@@ -69,6 +69,62 @@ TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
 
 
 def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # small networks; the fbgemm CPU backward is serial anyway
+    began = time.monotonic()
+    planners = args.planners.split(",")
+    model, model_note = benchmark_model(args.model) if "dreamshard" in planners else (None, "")
+    suites = [make_suite(parse_suite_name(s, 1, args.tasks)) for s in args.suites.split(",")]
+    tasks = [t for s in suites for t in s.test_tasks]
+    named, variants = named_planners(planners, args.rule_variants, model)
+    placements, plan_seconds, _ = place_all(tasks, named)
+    print(f"placed in {time.monotonic() - began:.0f} s", flush=True)
+
+    hot_task, hot = hottest_table(suites[0].test_tasks)
+    widths = width_items(hot, hot_task)
+    items, index = unique_items(tasks, placements)
+    alone = [alone_item(task) for task in tasks]
+    every = [*items, *alone, *(item for _, item in widths)]
+    backend = FbgemmBackend()
+    raw, load_avg = measure_rounds(backend, every, args.rounds)
+    full = raw if args.labels == "raw" else [[normalised(c) for c in row] for row in raw]
+    evaluation = build_evaluation(tasks, named, placements, plan_seconds, index, full, backend)
+    results = {
+        "command": "benchmarks/split_tables.py " + " ".join(argv or []),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "host": hardware(),
+        "versions": versions(),
+        "costs_made": describe_costs(backend.config()),
+        "model": model_note,
+        "rounds": args.rounds,
+        "load_average": {
+            "min": min(x[0] for x in load_avg),
+            "max": max(x[0] for x in load_avg),
+            "samples_1min": [round(x[0], 2) for x in load_avg],
+        },
+        "labels": args.labels,
+        "reference_ms_per_round": reference_per_round(raw),
+        "noise_cv": placement_noise(np.array([[c.overall for c in row] for row in full])),
+        "noise_cv_raw": placement_noise(np.array([[c.overall for c in row] for row in raw])),
+        "widths": width_results(hot, hot_task, widths, full_slice(full, len(every) - len(widths))),
+    }
+    suite_of = [s.spec.name for s in suites for _ in s.test_tasks]
+    alone_costs = full_slice(full, len(items), len(alone))
+    noise = results["noise_cv"]
+    results.update(
+        analyse(evaluation, planners, variants, suite_of, full, index, alone_costs, noise)
+    )
+    results["minutes"] = (time.monotonic() - began) / 60
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out.with_suffix(".json"), results)
+    report = render(results)
+    write_text_atomic(out.with_suffix(".md"), report)
+    print(report, flush=True)
+    return results
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default="cpu-50x4,cpu-100x8")
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks per suite")
@@ -93,41 +149,41 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--out", default=str(RESULTS / "split_tables"), help="path less suffix")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # small networks; the fbgemm CPU backward is serial anyway
-    began = time.monotonic()
     planners = args.planners.split(",")
-    model, model_note = benchmark_model(args.model) if "dreamshard" in planners else (None, "")
-    suites = [make_suite(parse_suite_name(s, 1, args.tasks)) for s in args.suites.split(",")]
-    tasks = [t for s in suites for t in s.test_tasks]
-    suite_of = [s.spec.name for s in suites for _ in s.test_tasks]
-
-    named, variants = {}, {}  # variants: each split plan's name -> its `--split none` plan's
-    for method in planners:
-        named[method] = named_planner(method, model, split="none")
-        named[method + SPLIT] = named_planner(method, model, split="auto")
-        variants[method + SPLIT] = method
-    for suffix, option, default, make in (
-        (ROW_SPLIT, args.row_rule, ROW_RULE, row_rule_planner),
-        (CHECKED, args.checked_rule, HEURISTIC_KEYS, checked_rule_planner),
+    args.rule_variants = []  # (suffix, heuristic) of the proposals measured beside
+    for suffix, option, default in (
+        (ROW_SPLIT, args.row_rule, ROW_RULE),
+        (CHECKED, args.checked_rule, tuple(HEURISTIC_KEYS)),
     ):
         chosen = option.split(",") if option is not None else [p for p in default if p in planners]
         for method in filter(None, chosen):
             if method not in planners or method not in HEURISTIC_KEYS:
                 parser.error(f"{method}: the rule variants take heuristics of --planners")
-            named[method + suffix] = make(method)
-            variants[method + suffix] = method
-    placements, plan_seconds, _ = place_all(tasks, named)
-    print(f"placed in {time.monotonic() - began:.0f} s", flush=True)
+            args.rule_variants.append((suffix, method))
+    return args
 
-    hot_task, hot = hottest_table(suites[0].test_tasks)
-    widths = width_items(hot, hot_task)
-    items, index = unique_items(tasks, placements)
-    alone = [alone_item(task) for task in tasks]
-    every = [*items, *alone, *(item for _, item in widths)]
-    backend = FbgemmBackend()
+
+def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dict]:
+    """Every planner under `--split none` and `--split auto`, and the rule variants; and each
+    split plan's name -> its `--split none` plan's name."""
+    named, variants = {}, {}
+    for method in planners:
+        named[method] = named_planner(method, model, split="none")
+        named[method + SPLIT] = named_planner(method, model, split="auto")
+        variants[method + SPLIT] = method
+    for suffix, method in rule_variants:
+        make = row_rule_planner if suffix == ROW_SPLIT else checked_rule_planner
+        named[method + suffix] = make(method)
+        variants[method + suffix] = method
+    return named, variants
+
+
+def measure_rounds(backend, every: list, rounds: int) -> tuple[list[list[PlacementCost]], list]:
+    """Every item measured once per round, interleaved: the costs [round][item], and the load
+    average at the start, after each round and at the end."""
     seen: dict[tuple[int, int], PlacementCost] = {}
     load_avg = [os.getloadavg()]
-    progress = Progress(args.rounds * len(every), f"measuring {len(every)} placements")
+    progress = Progress(rounds * len(every), f"measuring {len(every)} placements")
 
     def on_measure(r: int, i: int, cost: PlacementCost) -> None:
         seen[(r, i)] = cost
@@ -135,63 +191,35 @@ def main(argv: list[str] | None = None) -> dict:
         if len(seen) % len(every) == 0:  # a round ends
             load_avg.append(os.getloadavg())
 
-    overall = measure_interleaved(backend, every, args.rounds, seed=0, on_measure=on_measure)
+    measure_interleaved(backend, every, rounds, seed=0, on_measure=on_measure)
     progress.close()
-    raw = [[seen[(r, i)] for i in range(len(every))] for r in range(args.rounds)]
     load_avg.append(os.getloadavg())
-    full = raw if args.labels == "raw" else [[normalised(c) for c in row] for row in raw]
+    return [[seen[(r, i)] for i in range(len(every))] for r in range(rounds)], load_avg
 
-    evaluation = build_evaluation(tasks, named, placements, plan_seconds, index, full, backend)
-    alone_costs = full_slice(full, len(items), len(alone))
+
+def analyse(evaluation, planners, variants, suite_of, full, index, alone, noise) -> dict:
+    """Per task, per suite and against the issue's targets."""
+    tasks, count = evaluation.tasks, len(evaluation.planners)
     loads = np.array(  # [round, task, planner]: each plan's mean device load
         [
-            [[mean_load(row[index[(t, j)]]) for j in range(len(named))] for t in range(len(tasks))]
+            [[mean_load(row[index[(t, j)]]) for j in range(count)] for t in range(len(tasks))]
             for row in full
         ]
     )
-    width_costs = full_slice(full, len(items) + len(alone), len(widths))
-    results = {
-        "command": "benchmarks/split_tables.py " + " ".join(argv or []),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "host": hardware(),
-        "versions": versions(),
-        "costs_made": describe_costs(backend.config()),
-        "model": model_note,
-        "rounds": args.rounds,
-        "minutes": (time.monotonic() - began) / 60,
-        "load_average": {
-            "min": min(x[0] for x in load_avg),
-            "max": max(x[0] for x in load_avg),
-            "samples_1min": [round(x[0], 2) for x in load_avg],
-        },
-        "labels": args.labels,
-        "reference_ms_per_round": reference_per_round(raw),
-        "noise_cv": placement_noise(np.array([[c.overall for c in row] for row in full])),
-        "noise_cv_raw": placement_noise(overall),
-        "widths": width_results(hot, hot_task, widths, width_costs),
+    found: dict = {
+        "tasks": [
+            task_results(evaluation, t, planners, variants, loads[:, t], alone[:, t])
+            for t in range(len(tasks))
+        ],
         "suites": {},
     }
-    results["tasks"] = [
-        task_results(evaluation, t, planners, variants, loads[:, t], alone_costs[:, t], tasks[t])
-        for t in range(len(tasks))
-    ]
     for name in dict.fromkeys(suite_of):
         where = [t for t, s in enumerate(suite_of) if s == name]
-        results["suites"][name] = suite_results(
-            evaluation.subset(where),
-            variants,
-            [results["tasks"][t] for t in where],
-            results["noise_cv"],
+        found["suites"][name] = suite_results(
+            evaluation.subset(where), variants, [found["tasks"][t] for t in where], noise
         )
-    results["targets"] = targets(results, planners, variants)
-    results["minutes"] = (time.monotonic() - began) / 60
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out.with_suffix(".json"), results)
-    report = render(results, planners)
-    write_text_atomic(out.with_suffix(".md"), report)
-    print(report, flush=True)
-    return results
+    found["targets"] = targets(found, planners, variants)
+    return found
 
 
 def benchmark_model(given: str | None):
@@ -276,8 +304,10 @@ def unique_items(tasks, placements) -> tuple[list, dict]:
     return items, index
 
 
-def full_slice(full: list[list[PlacementCost]], start: int, count: int) -> np.ndarray:
-    return np.array([[row[start + k] for k in range(count)] for row in full], dtype=object)
+def full_slice(full: list[list[PlacementCost]], start: int, count: int | None = None):
+    """[round, item] costs of items start .. start + count (to the end without a count)."""
+    stop = None if count is None else start + count
+    return np.array([row[start:stop] for row in full], dtype=object)
 
 
 def build_evaluation(tasks, named, placements, plan_seconds, index, full, backend) -> Evaluation:
@@ -364,10 +394,10 @@ def width_results(table, task, widths, costs: np.ndarray) -> dict:
     }
 
 
-def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alone, task) -> dict:
+def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alone) -> dict:
     """One task's figures. `loads` [round, planner]: each plan's mean device load; `alone`
     [round]: the task's tables timed alone."""
-    names = evaluation.planners
+    names, task = evaluation.planners, evaluation.tasks[t]
     costs = evaluation.costs[:, t]  # [round, planner]
     placements = evaluation.placements[t]
     bound = loads.min(axis=1)  # [round]: the balanced bound (see DEFINITIONS)
@@ -594,7 +624,7 @@ def targets(results: dict, planners, variants) -> dict:
     return found
 
 
-def render(results: dict, planners) -> str:
+def render(results: dict) -> str:
     load = results["load_average"]
     parts = [
         f"# Split tables on real kernels ({results['date']})",
@@ -616,7 +646,7 @@ def render(results: dict, planners) -> str:
         f"Model of dreamshard: {results['model']}. "
         f"Command: `{results['command'].strip()}`.",
         render_widths(results["widths"]),
-        render_suites(results, planners),
+        render_suites(results),
         render_tasks(results),
         render_targets(results["targets"]),
         DEFINITIONS,
@@ -662,7 +692,7 @@ def render_widths(widths: dict) -> str:
     )
 
 
-def render_suites(results: dict, planners) -> str:
+def render_suites(results: dict) -> str:
     out = ["## (b) `--split auto` beside `--split none`, per suite"]
     header = [
         "planner",
