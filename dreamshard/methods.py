@@ -12,7 +12,7 @@ from pathlib import Path
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, Planner
-from dreamshard.placement.splitting import SPLIT_MODES, balance_splits, memory_splits, split_place
+from dreamshard.placement.splitting import SPLIT_MODES, memory_splits, split_place
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split
 
@@ -91,7 +91,9 @@ def place(
 def planner_splits(task: PlacementTask, method: str, model=None) -> tuple[Split, ...]:
     """The tables `method` splits under `--split auto` (see `place`)."""
     if method in HEURISTIC_KEYS:
-        return balance_splits(task, HEURISTIC_KEYS[method], memory_splits(task))
+        from dreamshard.planners.split_choice import checked_balance_splits
+
+        return checked_balance_splits(task, method)
     if method in ("dreamshard", "dreamshard_search"):
         from dreamshard.planners.dreamshard_planner import dreamshard_splits  # torch: on use
 

@@ -107,8 +107,12 @@ def test_training_improves_the_greedy_policy_on_held_out_tasks(trained):
     backend = SimulatedBackend()
     ratios = []
     for task in make_suite(parse_suite_name(config.suite, 1, 8)).test_tasks:
-        before = backend.measure(task, place(task, "dreamshard", model=after_one, samples=0))
-        after = backend.measure(task, place(task, "dreamshard", model=model, samples=0))
+        before = backend.measure(
+            task, place(task, "dreamshard", model=after_one, samples=0, split="none")
+        )
+        after = backend.measure(
+            task, place(task, "dreamshard", model=model, samples=0, split="none")
+        )
         ratios.append(after.overall / before.overall)
     assert np.exp(np.mean(np.log(ratios))) < 0.98
 

@@ -142,9 +142,11 @@ def candidates_to_measure(
     if method == "dreamshard":
         model = resolve_model(model)
         splits = planner_splits(task, method, model) if split == "auto" else ()
+        shards = shard_task(task, splits)
+        suffix = f" ({len(splits)} tables split)" if splits else ""  # apart from whole tables'
         ranked = [
-            replace(p, splits=splits)
-            for p, _ in ranked_candidates(shard_task(task, splits), model, samples, seed)[:top]
+            replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
+            for p, _ in ranked_candidates(shards, model, samples, seed)[:top]
         ]
     else:
         ranked = [place(task, method, seed, model=model, samples=samples, split=split)]
