@@ -9,10 +9,9 @@ longer while other measurements hold the host):
 (a) the hottest table of the first suite's held-out tasks (its lookups x width against the
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
-(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, two
-    proposals for the heuristics' balance rule (halving row-wise, `--row-rule`; keeping the
-    rule's splits only where the analytic model rates them cheaper, `--checked-rule`), and
-    every task's tables timed alone (one kernel each).
+(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, variants of
+    the heuristics' balance rule (unchecked, halving row-wise, the check with row halvings
+    too), and every task's tables timed alone (one kernel each).
 
 The model of `dreamshard` is `--model`, else the registry's champion
 (`models:/dreamshard-policy@champion`, where the state folder has a registry), else
@@ -39,7 +38,7 @@ from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
-from dreamshard.errors import DreamshardError
+from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.evaluation.evaluate import mean_breakdown, place_all
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean, measure_interleaved
@@ -62,9 +61,13 @@ from dreamshard.tables.table import Table
 RESULTS = Path(__file__).parent / "results"
 PLANNERS = ("dim", "size", "lookup", "size_lookup", "search_analytic", "dreamshard")
 SPLIT = " +split"  # the name of a planner's --split auto plan
-ROW_SPLIT = " +row rule"  # a heuristic under the balance rule, halving row-wise (a proposal)
+# The heuristics' balance rule as variants beside their `--split auto` (which keeps the rule's
+# column halvings only where the analytic model rates them cheaper): the rule unchecked, the
+# rule halving row-wise, and the check choosing among the rule's column and row halvings.
+UNCHECKED = " +rule unchecked"
+ROW_SPLIT = " +row rule"
+CHECKED_ROWS = " +checked, rows too"
 ROW_RULE = ("lookup", "size_lookup")
-CHECKED = " +checked rule"  # the balance rule kept only where the analytic model rates it cheaper
 TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
 
 
@@ -131,14 +134,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--planners", default=",".join(PLANNERS))
     parser.add_argument(
+        "--unchecked-rule",
+        help="heuristics also run with the balance rule unchecked (default: the heuristics "
+        "among --planners; '' for none)",
+    )
+    parser.add_argument(
         "--row-rule",
         help="heuristics also run with the balance rule halving row-wise (default: lookup, "
         "size_lookup among --planners; '' for none)",
     )
     parser.add_argument(
-        "--checked-rule",
-        help="heuristics also run with the rule checked by the analytic model (default: the "
-        "heuristics among --planners; '' for none)",
+        "--checked-rows",
+        help="heuristics also run with the check choosing among the rule's column and row "
+        "halvings (default: lookup, size_lookup among --planners; '' for none)",
     )
     parser.add_argument("--model", help="dreamshard's model (default: see the docstring)")
     parser.add_argument(
@@ -152,8 +160,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     planners = args.planners.split(",")
     args.rule_variants = []  # (suffix, heuristic) of the proposals measured beside
     for suffix, option, default in (
+        (UNCHECKED, args.unchecked_rule, tuple(HEURISTIC_KEYS)),
         (ROW_SPLIT, args.row_rule, ROW_RULE),
-        (CHECKED, args.checked_rule, tuple(HEURISTIC_KEYS)),
+        (CHECKED_ROWS, args.checked_rows, ROW_RULE),
     ):
         chosen = option.split(",") if option is not None else [p for p in default if p in planners]
         for method in filter(None, chosen):
@@ -171,9 +180,9 @@ def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dic
         named[method] = named_planner(method, model, split="none")
         named[method + SPLIT] = named_planner(method, model, split="auto")
         variants[method + SPLIT] = method
+    rules = {UNCHECKED: unchecked_rule, ROW_SPLIT: row_rule, CHECKED_ROWS: checked_rows_rule}
     for suffix, method in rule_variants:
-        make = row_rule_planner if suffix == ROW_SPLIT else checked_rule_planner
-        named[method + suffix] = make(method)
+        named[method + suffix] = rule_planner(method, rules[suffix])
         variants[method + suffix] = method
     return named, variants
 
@@ -484,44 +493,46 @@ def device_figures(evaluation: Evaluation, t: int, j: int) -> dict:
     }
 
 
-def row_rule_planner(method: str):
-    """`method` under the heuristics' balance rule with row-wise halving instead of
-    column-wise: the same tables and parts (`balance_splits`), cut into row ranges. A row
-    shard has the lookups of its rows, so halving it halves its lookup key as the rule
-    assumes; a column shard keeps all its table's lookups. Tested here as a proposal."""
-    key = HEURISTIC_KEYS[method]
+def rule_planner(method: str, rule):
+    """Heuristic `method` placing the shards of the splits `rule(task, method)` gives."""
 
     def plan(task: PlacementTask, seed: int) -> Placement:
-        return place_splits(task, method, seed, row_rule(task, key))
+        return place_splits(task, method, seed, rule(task, method))
 
     return plan
 
 
-def row_rule(task: PlacementTask, key) -> tuple[Split, ...]:
-    """The balance rule's splits under `key`, its column halvings made row-wise."""
+def unchecked_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
+    """The memory splits and the balance rule's column halvings under `method`'s key
+    (`placement.splitting.balance_splits`), not checked by any model: what the heuristics
+    applied under `--split auto` before the check."""
+    return balance_splits(task, HEURISTIC_KEYS[method], memory_splits(task))
+
+
+def row_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
+    """The balance rule's tables and parts, cut into row ranges instead of column ranges. A
+    row shard has the lookups of its rows, so halving it halves its lookup key as the rule
+    assumes; a column shard keeps all its table's lookups."""
     memory = memory_splits(task)
     return tuple(
-        s if s in memory else Split(s.table, "row", s.parts)
-        for s in balance_splits(task, key, memory)
+        s if s in memory else Split(s.table, "row", s.parts) for s in unchecked_rule(task, method)
     )
 
 
-def checked_rule_planner(method: str):
-    """`method` keeping the balance rule's splits (column-wise, or row-wise) only where the
-    calibrated analytic model rates the heuristic's own placement of the shards cheaper than
-    of the whole tables (`split_choice.choose_splits`; the memory splits alone win ties).
-    Tested here as a proposal."""
-    key = HEURISTIC_KEYS[method]
-    backend = SimulatedBackend()
+def checked_rows_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
+    """Among the memory splits, the rule's column halvings and its row halvings, the one whose
+    shards the heuristic places cheapest by the calibrated analytic model (the `simulated`
+    backend; the memory splits win ties): the library's check with a row candidate too."""
+    backend, own = SimulatedBackend(), heuristics.PLANNERS[method]
+    candidates = [memory_splits(task), unchecked_rule(task, method), row_rule(task, method)]
 
-    def plan(task: PlacementTask, seed: int) -> Placement:
-        memory = memory_splits(task)
-        candidates = [memory, balance_splits(task, key, memory), row_rule(task, key)]
-        own = heuristics.PLANNERS[method]
-        rate = lambda shards: backend.measure(shards, own(shards, seed)).overall  # noqa: E731
-        return place_splits(task, method, seed, choose_splits(task, candidates, rate)[0])
+    def rate(shards: PlacementTask) -> float:
+        try:
+            return backend.measure(shards, own(shards, 0)).overall
+        except InfeasibleError:  # its packing search gave up on these shards
+            return float("inf")
 
-    return plan
+    return choose_splits(task, candidates, rate)[0]
 
 
 def place_splits(task: PlacementTask, method: str, seed: int, splits) -> Placement:
@@ -833,13 +844,15 @@ DEFINITIONS = """## How the figures are made
 - Worse (better) beyond noise: the auto/none ratio is above (below) 1 in every round and its
   mean beyond the run's median CV of a placement's cost over the rounds.
 - `tables split/task`: how many tables the `auto` plan splits, mean over the suite's tasks.
-- `+row rule` (a proposal, not a planner of the library): the heuristic under its balance rule
-  (`placement.splitting.balance_splits`: the same tables, the same parts) with the tables cut
-  into row ranges instead of column ranges, placed by the same heuristic.
-- `+checked rule` (a proposal): the heuristic keeps its rule's splits, column-wise or the row
-  rule's, only where the calibrated analytic model (the `simulated` backend) rates its own
-  placement of the shards cheaper than of the whole tables. The variants are not counted in
-  "best split plan", which is the best `--split auto` plan."""
+- A heuristic's `+split` plan is the library's `--split auto`: its balance rule's column
+  halvings kept only where the calibrated analytic model (the `simulated` backend) rates the
+  heuristic's placement of the shards cheaper (`split_choice.checked_balance_splits`).
+  Variants beside it, placed by the same heuristic (not planners of the library, and not
+  counted in "best split plan", the best `--split auto` plan): `+rule unchecked`, the rule's
+  column halvings as they come (`placement.splitting.balance_splits`, the heuristics'
+  `--split auto` before the check); `+row rule`, the same tables and parts cut into row ranges;
+  `+checked, rows too`, the check choosing among the memory splits, the column halvings and
+  the row halvings."""
 
 
 if __name__ == "__main__":
