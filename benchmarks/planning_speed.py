@@ -133,8 +133,8 @@ def main() -> None:
                 task, place(task, "dreamshard", model=model, samples=samples, split=split)
             )
 
-        def theirs(reserve, split="none"):
-            return lambda: check_legal(task, torchrec_place(task, reserve=reserve, split=split))
+        def theirs(reserve):
+            return lambda: check_legal(task, torchrec_place(task, reserve=reserve))
 
         planners = [
             ("dreamshard greedy (samples=0)", ours(0)),
@@ -142,7 +142,6 @@ def main() -> None:
             ("dreamshard best of 8, --split auto", ours(8, "auto")),
             ("torchrec, its own reservation", theirs(True)),
             ("torchrec, no reservation (same caps)", theirs(False)),
-            ("torchrec, no reservation, --split auto", theirs(False, "auto")),
         ]
         results = {}
         for label, planner in planners:
