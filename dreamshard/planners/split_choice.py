@@ -47,8 +47,8 @@ def checked_balance_splits(task: PlacementTask, key_name: str) -> tuple[Split, .
     where the calibrated analytic model (the `simulated` backend) rates the heuristic's own
     placement of the shards cheaper than of the tables with only the memory splits. The rule's
     key does not see that a column shard still does all of its table's lookups; on real kernels
-    the unchecked rule made 6 of 32 heuristic plans slower than whole tables beyond the noise,
-    the checked one 1 (benchmarks/results/split_tables.md, 2026-12-01)."""
+    the unchecked rule made 4-6 of 32 heuristic plans slower than whole tables beyond the
+    noise, the checked one none (benchmarks/results/split_tables.md, 2026-12-01)."""
     from dreamshard.costs.simulated import SimulatedBackend  # its calibration file: on use
 
     base = memory_splits(task)
