@@ -238,8 +238,9 @@ def test_place_tables_page_shows_a_split_plans_shards(store_env):
 @pytest.fixture
 def split_evaluation_env(empty_env):
     """A store holding one finished evaluate run whose `lookup` placements split tables (the
-    example spec's 6 tables on 4 devices, placed with split auto; `dim` whole), measured on the
-    simulated backend; written with an MlflowClient of its own (no global MLflow setting)."""
+    example spec's 6 tables on 4 devices, split by the heuristics' balance rule unchecked, which
+    halves its hot table; `dim` whole), measured on the simulated backend; written with an
+    MlflowClient of its own (no global MLflow setting)."""
     from mlflow import MlflowClient
 
     from dashboard.place import EXAMPLE_CSV, tables_from_text
@@ -249,7 +250,14 @@ def split_evaluation_env(empty_env):
     from dreamshard.placement.tasks import GIB, PlacementTask
 
     task = PlacementTask(tuple(tables_from_text(EXAMPLE_CSV)), 4, GIB // 2, name="spec/test/0")
-    planners = {"lookup": named_planner("lookup", split="auto"), "dim": named_planner("dim")}
+    from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+    from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
+
+    def lookup_split(task, seed):
+        splits = balance_splits(task, HEURISTIC_KEYS["lookup"], memory_splits(task))
+        return split_place(task, splits, lambda shards: greedy_place(shards, "lookup"), "lookup")
+
+    planners = {"lookup": lookup_split, "dim": named_planner("dim")}
     evaluation = evaluate([task], planners, make_backend("simulated"), rounds=2)
     uri = f"sqlite:///{empty_env / 'mlflow.db'}"
     client = MlflowClient(uri, uri)
