@@ -91,7 +91,7 @@ def place(
 def planner_splits(task: PlacementTask, method: str, model=None) -> tuple[Split, ...]:
     """The tables `method` splits under `--split auto` (see `place`)."""
     if method in HEURISTIC_KEYS:
-        from dreamshard.planners.split_choice import checked_balance_splits
+        from dreamshard.planners.split_choice import checked_balance_splits  # quick CLI start
 
         return checked_balance_splits(task, method)
     if method in ("dreamshard", "dreamshard_search"):

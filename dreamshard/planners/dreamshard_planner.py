@@ -25,7 +25,11 @@ from dreamshard.learn.policy import Lookahead, fast_rollout, single_table_costs,
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal, placement_task
 from dreamshard.planners.device_search import costnet_model, device_search
-from dreamshard.planners.split_choice import candidate_splits, choose_splits
+from dreamshard.planners.split_choice import (
+    candidate_splits,
+    choose_splits,
+    heuristic_placements,
+)
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
 
@@ -146,13 +150,8 @@ def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Spli
     candidates = candidate_splits(task, [lambda t: alone[t.name]])
 
     def cost(shards: PlacementTask) -> float:
-        placements = []
-        for key in HEURISTIC_KEYS:
-            try:
-                placements.append(greedy_place(shards, key))
-            except InfeasibleError:  # its packing search gave up; the others may not
-                continue
-        return min(predicted_overall(model, shards, placements)) if placements else float("inf")
+        found = heuristic_placements(shards)
+        return min(predicted_overall(model, shards, found)) if found else float("inf")
 
     return choose_splits(task, candidates, cost)[0]
 

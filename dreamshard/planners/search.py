@@ -31,7 +31,11 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import ranked_candidates
-from dreamshard.planners.split_choice import candidate_splits, choose_splits
+from dreamshard.planners.split_choice import (
+    candidate_splits,
+    choose_splits,
+    heuristic_placements,
+)
 from dreamshard.tables.features import feature_matrix
 
 # Costs of placements of one task, in the order given (lower is better).
@@ -194,8 +198,8 @@ def analytic_splits(task: PlacementTask, backend: SimulatedBackend | None = None
     backend = backend or SimulatedBackend()
 
     def cost(shards: PlacementTask) -> float:
-        starts = [greedy_place(shards, key) for key in HEURISTIC_KEYS]
-        return float(backend.overall_many(shards, starts).min())
+        found = heuristic_placements(shards)
+        return float(backend.overall_many(shards, found).min()) if found else float("inf")
 
     return choose_splits(task, candidate_splits(task), cost)[0]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.splitting import balance_splits, memory_splits
@@ -38,6 +39,19 @@ def choose_splits(
     return candidates[best], costs[best]
 
 
+def heuristic_placements(shards: PlacementTask, keys=tuple(HEURISTIC_KEYS)) -> list:
+    """The placements of `shards` by the heuristics `keys` whose packing search finds one:
+    what a split candidate is rated on (the policy would take tenths of a second where these
+    take milliseconds at 856 tables on 128 devices)."""
+    placements = []
+    for key in keys:
+        try:
+            placements.append(greedy_place(shards, key))
+        except InfeasibleError:  # its packing search gave up; the others may not
+            continue
+    return placements
+
+
 def _identity(splits: tuple[Split, ...]) -> tuple:
     return tuple(sorted((s.table, s.kind, s.parts) for s in splits))
 
@@ -49,8 +63,6 @@ def checked_balance_splits(task: PlacementTask, key_name: str) -> tuple[Split, .
     key does not see that a column shard still does all of its table's lookups; on real kernels
     the unchecked rule made 4-6 of 32 heuristic plans slower than whole tables beyond the
     noise, the checked one none (benchmarks/results/split_tables.md, 2026-12-01)."""
-    from dreamshard.costs.simulated import SimulatedBackend  # its calibration file: on use
-
     base = memory_splits(task)
     balanced = balance_splits(task, HEURISTIC_KEYS[key_name], base)
     if _identity(balanced) == _identity(base):
@@ -58,9 +70,7 @@ def checked_balance_splits(task: PlacementTask, key_name: str) -> tuple[Split, .
     backend = SimulatedBackend()
 
     def cost(shards: PlacementTask) -> float:
-        try:
-            return float(backend.overall_many(shards, [greedy_place(shards, key_name)])[0])
-        except InfeasibleError:  # its packing search gave up on these shards
-            return float("inf")
+        found = heuristic_placements(shards, [key_name])
+        return float(backend.overall_many(shards, found)[0]) if found else float("inf")
 
     return choose_splits(task, [base, balanced], cost)[0]
