@@ -40,7 +40,7 @@ from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
+from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig
 from dreamshard.methods import named_planner, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -70,6 +70,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         warm_start=args.warm_start,
         costnet_steps=args.costnet_steps,
         costnet_loss=args.costnet_loss,
+        costnet_encoder=args.costnet_encoder,
         lookahead=args.lookahead,
         warm_start_devices=tuple(int(d) for d in args.warm_start_devices.split(",") if d),
     )
@@ -79,7 +80,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations "
         f"of {config.placements_per_iteration} placements, warm start {config.warm_start} "
         f"heuristic and random placements, {config.costnet_steps} cost-net steps per "
-        f"iteration, {config.costnet_loss} loss, "
+        f"iteration, {config.costnet_loss} loss, {config.costnet_encoder} encoder, "
         f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, "
         f"warm start on {devices} devices, seed {config.seed}; "
         f"{time.monotonic() - start:.0f} s)"
@@ -164,6 +165,12 @@ def main(argv: list[str] | None = None) -> str:
         choices=COSTNET_LOSSES,
         default=TrainConfig.costnet_loss,
         help=f"the cost network's loss when no --model (default {TrainConfig.costnet_loss})",
+    )
+    parser.add_argument(
+        "--costnet-encoder",
+        choices=COSTNET_ENCODERS,
+        default=TrainConfig.costnet_encoder,
+        help=f"the cost network's design when no --model (default {TrainConfig.costnet_encoder})",
     )
     parser.add_argument(
         "--warm-start-devices",

@@ -10,6 +10,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import is_legal
@@ -19,9 +20,9 @@ from dreamshard.planners.search import apply_neighbours, costnet_scorer, legal_n
 TASKS = [make_suite("cpu-16x3").test_tasks[0], make_suite("cpu-50x4").test_tasks[1]]
 
 
-def untrained(comm: dict | None, seed: int) -> DreamShardModel:
+def untrained(comm: dict | None, seed: int, encoder: str = "relu") -> DreamShardModel:
     torch.manual_seed(seed)
-    costnet = CostNet(comm=comm)
+    costnet = CostNet(comm=comm, encoder=encoder)
     costnet.scale.fill_(2.5)
     return DreamShardModel(costnet, PlacementPolicy())
 
@@ -40,13 +41,14 @@ def test_the_analytic_model_is_the_simulated_backend(task):
     assert steps > 0 and cost < exact[0]
 
 
+@pytest.mark.parametrize("encoder", COSTNET_ENCODERS)
 @pytest.mark.parametrize("comm", [None, {"topology": "cpu-gloo", "batch": 2048}])
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
-def test_the_costnet_model_is_the_cost_network(task, comm):
+def test_the_costnet_model_is_the_cost_network(task, comm, encoder):
     """Learned or modeled communication alike: the same numbers as the network's own scorer,
     and a search that ends at a legal placement no worse than where it began, where no move
     and no swap at all (not only those touching a critical device) is cheaper."""
-    model = untrained(comm, seed=len(task.tables))
+    model = untrained(comm, seed=len(task.tables), encoder=encoder)
     placements = [PLANNERS["random"](task, seed) for seed in range(6)]
     scorer = costnet_scorer(model, task)
     reference = np.array(scorer(placements)) / 2.5

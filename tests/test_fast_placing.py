@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy, fast_rollout
+from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import least_load_dive, search_assignment
 from dreamshard.placement.tasks import PlacementTask, is_legal
@@ -44,15 +45,20 @@ MODELED = {"topology": "cpu-gloo", "batch": 2048}
 
 
 def networks(
-    seed: int, table_aware: bool, lookahead: bool = False, comm: dict | None = None
+    seed: int,
+    table_aware: bool,
+    lookahead: bool = False,
+    comm: dict | None = None,
+    encoder: str = "relu",
 ) -> tuple[PlacementPolicy, CostNet]:
     torch.manual_seed(seed)
     policy = PlacementPolicy(table_aware=table_aware, lookahead=lookahead)
-    costnet = CostNet(comm=comm)
+    costnet = CostNet(comm=comm, encoder=encoder)
     with torch.no_grad():  # larger weights than the initialisation: scores far from flat
         for net in (policy, costnet):
-            for parameter in net.parameters():
-                parameter.mul_(3.0)
+            for name, parameter in net.named_parameters():
+                if not (encoder == "exp" and name.startswith("encoder.")):  # exp: not 3x
+                    parameter.mul_(3.0)
     return policy, costnet
 
 
@@ -68,15 +74,16 @@ cases = st.tuples(
     st.booleans(),  # table-aware
     st.booleans(),  # one-step lookahead
     st.sampled_from([None, MODELED]),  # communication learned or modeled
+    st.sampled_from(COSTNET_ENCODERS),  # the cost network's design
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_greedy_places_as_the_reference(case):
-    seed, num_tables, num_devices, slack, table_aware, lookahead, comm = case
+    seed, num_tables, num_devices, slack, table_aware, lookahead, comm, encoder = case
     task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware, lookahead, comm)
+    policy, costnet = networks(seed, table_aware, lookahead, comm, encoder)
     reference = policy.rollout(task, costnet, 1, greedy=True)  # autograd on: the reference
     fast = fast_rollout(policy, task, costnet, 1, 0)
     assert fast.devices.tolist() == reference.devices.tolist()
@@ -89,9 +96,9 @@ def test_fast_greedy_places_as_the_reference(case):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_samples_match_the_reference_for_a_seed(case):
-    seed, num_tables, num_devices, slack, table_aware, lookahead, comm = case
+    seed, num_tables, num_devices, slack, table_aware, lookahead, comm, encoder = case
     task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware, lookahead, comm)
+    policy, costnet = networks(seed, table_aware, lookahead, comm, encoder)
     reference_generator = torch.Generator().manual_seed(seed)
     reference = policy.rollout(task, costnet, 4, generator=reference_generator)
     fast_generator = torch.Generator().manual_seed(seed)
@@ -166,9 +173,9 @@ def test_the_greedy_dive_is_the_searchs_first_path(case):
 def test_the_lookahead_alone_is_the_cost_networks_greedy_placement(case):
     """A lookahead policy whose own scorer says nothing places every table where the cost
     network predicts the lowest overall cost so far: `costnet_greedy`, on both paths."""
-    seed, num_tables, num_devices, slack, table_aware, _, comm = case
+    seed, num_tables, num_devices, slack, table_aware, _, comm, encoder = case
     task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware, lookahead=True, comm=comm)
+    policy, costnet = networks(seed, table_aware, lookahead=True, comm=comm, encoder=encoder)
     with torch.no_grad():
         policy.scorer[-1].weight.zero_()
     own = costnet_greedy(task, costnet)

@@ -20,6 +20,7 @@ from dreamshard.learn.coverage import outside_training
 from dreamshard.learn.model_file import DreamShardModel, load_model, model_state, save_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train import TrainConfig, load_checkpoint, train
+from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.methods import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
@@ -128,6 +129,27 @@ def test_model_files_round_trip_to_identical_placements(trained, tmp_path):
         assert place(task, "dreamshard", model=model, samples=0) == place(
             task, "dreamshard", model=str(path), samples=0
         )
+
+
+@pytest.mark.parametrize("encoder", COSTNET_ENCODERS)
+def test_each_cost_network_design_round_trips_through_a_model_file(encoder, tmp_path):
+    torch.manual_seed(0)
+    model = DreamShardModel(CostNet(encoder=encoder), PlacementPolicy())
+    task = make_suite(parse_suite_name("cpu-16x3", 1, 1)).test_tasks[0]
+    placement = place(task, "lookup")
+    save_model(model, tmp_path / "model.pt")
+    loaded = load_model(tmp_path / "model.pt")
+    assert loaded.costnet.config["encoder"] == encoder
+    ours = model.costnet.predict_ms(task, placement)
+    theirs = loaded.costnet.predict_ms(task, placement)
+    assert np.array_equal(ours[0], theirs[0]) and ours[1] == theirs[1]
+    if encoder == "relu":  # a file written before the design was a choice loads as "relu"
+        state = model_state(model)
+        del state["costnet"]["config"]["encoder"]
+        torch.save(state, tmp_path / "old.pt")
+        old = load_model(tmp_path / "old.pt")
+        assert old.costnet.config["encoder"] == "relu"
+        assert old.costnet.predict_ms(task, placement)[1] == ours[1]
 
 
 def test_cost_network_reports_its_errors(trained):

@@ -11,6 +11,7 @@ import torch
 import dreamshard.learn.policy as policy_module
 from dreamshard.learn.costnet import CostNet, make_batch
 from dreamshard.learn.policy import PlacementPolicy, masked_choice, reinforce_loss
+from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.table import Table
@@ -41,10 +42,12 @@ def random_task(seed: int, num_tables: int, num_devices: int, slack: float) -> P
 def random_costnet(seed: int) -> CostNet:
     """A randomly initialised cost network, its weights enlarged so outputs differ widely."""
     torch.manual_seed(seed)
-    costnet = CostNet()
+    encoder = COSTNET_ENCODERS[seed % len(COSTNET_ENCODERS)]  # both designs
+    costnet = CostNet(encoder=encoder)
     with torch.no_grad():
-        for parameter in costnet.parameters():
-            parameter.mul_(3.0)
+        for name, parameter in costnet.named_parameters():
+            if not (encoder == "exp" and name.startswith("encoder.")):  # exp: keep them small
+                parameter.mul_(3.0)
     return costnet
 
 

@@ -8,7 +8,7 @@ from dataclasses import fields
 from dreamshard.cli.args import positive
 from dreamshard.costs.comm import TOPOLOGIES
 from dreamshard.learn.rnn_config import RnnTrainConfig
-from dreamshard.learn.train_config import COSTNET_LOSSES, LABELS, TrainConfig
+from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, LABELS, TrainConfig
 
 
 def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
@@ -78,6 +78,15 @@ def add_train_command(sub) -> None:
         help="the cost network's loss: mse on costs scaled by the median cost (the paper's), "
         "relative (squared relative error) or log (squared error of log costs) "
         f"(default {defaults.costnet_loss})",
+    )
+    tr.add_argument(
+        "--costnet-encoder",
+        dest="costnet_encoder",
+        choices=COSTNET_ENCODERS,
+        default=defaults.costnet_encoder,
+        help="the cost network's design: relu (the paper's table encoder) or exp (positive "
+        "table encodings whose per-table costs add up on a device; docs/learning.md) "
+        f"(default {defaults.costnet_encoder})",
     )
     tr.add_argument(
         "--labels",

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from dreamshard.costs.comm import get_topology, transfer_many
+from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
 from dreamshard.tables.traces import table_batch_size
@@ -102,15 +103,59 @@ def compose_overall(
     return forward + rest.max(dim=-1).values
 
 
+class Exp(nn.Module):
+    """exp(x), kept finite: the table encoder's output layer in the "exp" design."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x.clamp(max=EXP_CLAMP))
+
+
+EXP_CLAMP = 30.0
+
+
 class CostNet(nn.Module):
+    """The cost network. Two designs, chosen by `encoder` (a model file records which):
+
+    - "relu" (the paper's, and every model saved before it had a choice): the encoder
+      21 -> hidden -> embed ends in a ReLU, and each device head is an MLP of the device sum.
+    - "exp": the encoder 21 -> hidden -> hidden -> embed ends in exp, so a table's encoding is
+      positive and spans orders of magnitude as kernel costs do (its inputs are log features),
+      and each head adds a linear term of the device sum to its MLP (`skip`), so a device's
+      cost can be exactly a sum of per-table costs and stays right when a device holds more
+      tables than any it was trained on. On exact costs this halves the per-device error on
+      held-out tables (docs/learning.md).
+    """
+
     def __init__(
-        self, hidden: int = 128, embed: int = 32, head_hidden: int = 64, comm: dict | None = None
+        self,
+        hidden: int = 128,
+        embed: int = 32,
+        head_hidden: int = 64,
+        comm: dict | None = None,
+        encoder: str = "relu",
     ):
         super().__init__()
-        self.config = {"hidden": hidden, "embed": embed, "head_hidden": head_hidden, "comm": comm}
+        if encoder not in COSTNET_ENCODERS:
+            raise ValueError(
+                f"unknown cost-network encoder {encoder!r}; choose one of {COSTNET_ENCODERS}"
+            )
+        self.config = {
+            "hidden": hidden,
+            "embed": embed,
+            "head_hidden": head_hidden,
+            "comm": comm,
+            "encoder": encoder,
+        }
         self.comm = comm  # {"topology": name, "batch": default batch size} or None
-        self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
+        if encoder == "exp":
+            self.encoder = nn.Sequential(mlp(NUM_FEATURES, hidden, hidden, embed), Exp())
+            with torch.no_grad():  # start with small encodings: device sums stay near 1
+                self.encoder[0][-1].bias.fill_(-3.0)
+        else:
+            self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.device_heads = nn.ModuleList(mlp(embed, head_hidden, 1) for _ in DEVICE_TERMS)
+        # the heads' linear terms in the device sum, one column per head ("exp" design)
+        self.skip = nn.Linear(embed, len(DEVICE_TERMS), bias=False) if encoder == "exp" else None
         self.register_buffer("scale", torch.tensor(1.0))
 
     def device_vectors(self, batch: PlacementBatch) -> torch.Tensor:
@@ -123,6 +168,8 @@ class CostNet(nn.Module):
         """[..., 3] scaled per-device costs from device vectors [..., embed]; zeros for a device
         whose vector is zero (no tables, or only tables the encoder maps to nothing)."""
         costs = torch.cat([head(vectors) for head in self.device_heads], dim=-1)
+        if self.skip is not None:
+            costs = costs + self.skip(vectors)
         return costs * occupied(vectors)[..., None]
 
     def overall(
@@ -165,10 +212,13 @@ class CostNet(nn.Module):
         b1 = np.concatenate([h[0].bias.detach().numpy() for h in layers])
         w2 = np.stack([h[1].weight.detach().numpy()[0] for h in layers])  # [3, hidden]
         b2 = np.array([h[1].bias.item() for h in layers], dtype=np.float32)
+        skip = None if self.skip is None else self.skip.weight.detach().numpy().T  # [embed, 3]
 
         def heads(vectors: np.ndarray) -> np.ndarray:
             hidden = np.maximum(vectors @ w1 + b1, 0).reshape(*vectors.shape[:-1], 3, -1)
             costs = (hidden * w2).sum(axis=-1) + b2
+            if skip is not None:
+                costs = costs + vectors @ skip
             return costs * (np.abs(vectors).sum(axis=-1, keepdims=True) > 0)
 
         return heads

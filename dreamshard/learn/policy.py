@@ -290,6 +290,10 @@ class DeviceScorer:
             head_out_bias @ cost_w,
             cost_b,
         )
+        # the heads' linear terms in the device sum (CostNet.skip), through the same encoder
+        self.skip_w = None
+        if costnet.skip is not None:
+            self.skip_w = costnet.skip.weight.detach().numpy().T @ cost_w
         (w1, self.b1), (w2, b2) = linear_weights(policy.scorer)
         self.w1_policy = w1[: self.embed]
         self.w1_cost = w1[self.embed : 2 * self.embed]
@@ -302,9 +306,10 @@ class DeviceScorer:
         policy_sum, cost_sum = state[:, : self.embed], state[:, self.embed :]
         hidden = np.maximum(cost_sum @ self.head_in + self.head_in_bias, 0)
         occupied = np.abs(cost_sum).sum(axis=-1, keepdims=True) > 0
-        encoded_costs = np.maximum(
-            occupied * (hidden @ self.cost_w + self.cost_head_b) + self.cost_b, 0
-        )
+        head_costs = hidden @ self.cost_w + self.cost_head_b
+        if self.skip_w is not None:
+            head_costs = head_costs + cost_sum @ self.skip_w
+        encoded_costs = np.maximum(occupied * head_costs + self.cost_b, 0)
         return policy_sum @ self.w1_policy + encoded_costs @ self.w1_cost + self.b1
 
     def logits(self, device_part: np.ndarray, table_encoded: np.ndarray | None) -> np.ndarray:

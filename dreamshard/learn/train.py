@@ -70,7 +70,7 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
     if backend is None:
         backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     comm = modeled_comm(backend)
-    costnet = CostNet(comm=comm)
+    costnet = CostNet(comm=comm, encoder=config.costnet_encoder)
     policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
         start = load_model(config.init_model)

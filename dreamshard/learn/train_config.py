@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
+COSTNET_ENCODERS = ("relu", "exp")  # learn/costnet.py, CostNet (kept here free of torch)
 LABELS = ("raw", "normalised")  # learn/costnet_data.py, load_examples
 
 
@@ -20,6 +21,9 @@ class TrainConfig:
     # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median cost
     # (the paper's), "relative" (squared relative error) or "log" (log space); docs/learning.md
     costnet_loss: str = "mse"
+    # the cost network's design, one of COSTNET_ENCODERS: "relu" (the paper's table encoder) or
+    # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py)
+    costnet_encoder: str = "relu"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
     # each fbgemm measurement (costs/reference.py; measurements without one are left out)
     labels: str = "raw"

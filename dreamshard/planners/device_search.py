@@ -11,7 +11,9 @@ so a move or a swap changes two device sums, and its cost needs two device evalu
 Only moves that touch a *critical* device (one holding the forward or the backward maximum)
 can lower the overall cost, since every other move leaves both maxima where they are or
 raises them; the search lists just those: every table of a critical device moved to any
-device with room, and swapped with every table elsewhere (both devices within the cap). It
+device with room and swapped with every table elsewhere (both devices within the cap), and
+every other table moved onto a critical device (a learned device cost need not grow with
+each table it gets, so adding one can lower it). It
 takes the best neighbour each round (best improvement) until none is better, `max_rounds`
 rounds pass, or `seconds` run out.
 
@@ -138,8 +140,12 @@ def _critical_neighbours(state: _State, sizes, cap, d) -> np.ndarray:
     critical = np.unique([int(np.argmax(state.fwd)), int(np.argmax(state.rest))])
     tables = np.flatnonzero(np.isin(state.devices, critical))
     source = state.devices[tables]
-    # moves: a critical table to any other device with room
+    # moves: a critical table to any other device with room, and any other table onto a
+    # critical device (a learned cost need not grow with every table added)
     a, target = np.repeat(tables, d), np.tile(np.arange(d), len(tables))
+    outside = np.flatnonzero(~np.isin(state.devices, critical))
+    a = np.concatenate([a, np.repeat(outside, len(critical))])
+    target = np.concatenate([target, np.tile(critical, len(outside))])
     keep = (target != state.devices[a]) & (state.used[target] + sizes[a] <= cap)
     none = -np.ones(int(keep.sum()), dtype=np.int64)
     moves = np.stack([a[keep], target[keep], none, none])
