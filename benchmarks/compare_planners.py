@@ -3,24 +3,32 @@
 Run (from a clean checkout; `--model` saves the 5-minute training on fbgemm):
     .venv/bin/python benchmarks/compare_planners.py --model RUN/model.pt
         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--tasks 1] [--rounds 5]
-        [--search-budget 40] [--rnn RNN.pt] [--backend fbgemm] [--out REPORT.md]
+        [--search-budget 40] [--refine-seconds 30] [--rnn RNN.pt] [--backend fbgemm]
+        [--out REPORT.md] [--resume]
 Smoke run: --backend simulated --train-backend simulated --train-iterations 2 --rounds 2
+Issue 12's target run (8 tasks, about 80 min with --model): --tasks 2 --rounds 5
 
 Time on a quiet 2-core CPU host, fbgemm: one measurement takes about 2 s (cpu-50x4), 3 s
 (cpu-100x4), 3.5 s (cpu-100x8), 8.5 s (cpu-200x8); a task costs its ~10 distinct placements
-measured once to screen, the search budget, and ~10 x --rounds: about 90 measurements with the
-defaults, so about 30 min for the four suites at one task each (each further task per suite
-adds about 25 min), plus training without --model (5+ min).
+measured once to screen, the search budget, the refinement's ~7 candidates x 3 rounds (its
+minimum, which 30 s does not exceed on fbgemm) and ~10 x --rounds: about 120 measurements with
+the defaults, so about 35 min for the four suites at one task each (each further task per suite
+adds about 35 min), plus planning (~4 min per 8 tasks: the MILP's 10 s, the searches' 5 s) and
+training without --model (5+ min).
 
 Planners: random, the four greedy heuristics, TorchRec's planner (with its own reservation,
 and without it on the same caps as ours), the RNN placer (trained for the model's device
-count; "n/a" elsewhere), dreamshard, dreamshard_search, the MILP on the cost network's
-single-table costs, and the best known placement: every other planner's placement of the task
-measured once (a screening pass), then `local_search` from the cheapest, scored by real
-measurements within a budget per task. Its neighbours are many, so in each batch of 64 only the
-2 the cost network ranks best are measured (the network proposes, the hardware decides).
-The search's own measurements are kept out of the ratios (winner's curse): its result is
-measured again with everything else.
+count; "n/a" elsewhere), search_analytic (local search on the calibrated analytic model: the
+strong non-learned baseline), dreamshard, dreamshard_search, dreamshard_refined (dreamshard's
+top candidates and the heuristics measured on the same backend for --refine-seconds per task,
+`dreamshard place --refine`; the pick stays unless another is cheaper beyond the noise), the
+MILP on the cost network's single-table costs, and the best known placement: every other
+planner's placement of the task measured once (a screening pass), then `local_search` from
+search_analytic's placement and from the screening's cheapest (the budget shared), scored by
+real measurements. Its neighbours are many, so in each batch of 64 only the 2 the cost network
+ranks best are measured (the network proposes, the hardware decides). The search's and the
+refinement's own measurements are kept out of the ratios (winner's curse): their results are
+measured again with everything else. All compare whole tables (`--split none`).
 
 All placements of all suites are measured in ONE interleaved run (`dreamshard.evaluation.evaluate`),
 `--rounds` rounds; identical placements share one measurement per round. Ratios are paired
@@ -28,7 +36,12 @@ within rounds (geometric mean over rounds per task, then over tasks; min-max ove
 (a) vs the strongest fixed heuristic of the suite, (b) vs the per-task best heuristic, (c) vs
 the best known: per task, the placement with the lowest mean cost in these rounds (the
 search's result when its re-measurement confirms it, else whichever planner's was cheaper).
+The issue's targets are printed first, each with a bootstrap interval over tasks and rounds.
 Writes the report (`--out`, printed too) with raw results beside it (.json, .csv).
+
+`--resume` goes on from where a killed run stopped, in a later session too: every placement is
+stored as it is made and every measurement under its round (`planners_store`), so a resumed run
+measures nothing twice (same options needed; without --resume the stores are emptied).
 """
 
 from __future__ import annotations
@@ -42,16 +55,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from best_known import BEST_KNOWN, BestKnown
-from planners_report import render, torchrec_version, write_raw
+from planners_report import REFINED, render, torchrec_version, write_raw
+from planners_store import REFINE_ROUND, SEARCH_ROUND, Measurements, PlanStore
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.evaluation.refine import refine
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import DreamShardModel, load_model
-from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, train_rnn
+from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, save_rnn, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig, train
 from dreamshard.methods import named_planner
@@ -86,7 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--suites", default=SUITES)
     parser.add_argument(
-        "--tasks", type=int, default=1, help="held-out tasks per suite (~25 min each)"
+        "--tasks", type=int, default=1, help="held-out tasks per suite (~35 min each)"
     )
     parser.add_argument(
         "--rounds", type=int, default=5, help="interleaved rounds (5+ to resolve 5%% differences)"
@@ -97,11 +112,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=40,
         help="measurements per task for the best known search",
     )
+    parser.add_argument(
+        "--refine-seconds",
+        type=float,
+        default=30.0,
+        help="measured refinement per task for dreamshard_refined (at least 3 rounds)",
+    )
     parser.add_argument("--milp-seconds", type=float, default=10.0)
     parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
     parser.add_argument("--out", default=str(RESULTS), help="the report (.json, .csv beside)")
     parser.add_argument(
-        "--resume", action="store_true", help="reuse the stored measurements (default: fresh)"
+        "--resume",
+        action="store_true",
+        help="go on from the stored placements and measurements of a killed run (default: fresh)",
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -112,6 +135,12 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         model = load_model(args.model)
         return model, f"{args.model} (trained on {model.metadata.get('suite', '?')})"
     out = state_dir() / "compare_planners" / f"model-{args.train_backend}"
+    if args.resume and (out / "model.pt").is_file():
+        log(f"--resume: the model an earlier session trained, {out}/model.pt")
+        return load_model(out / "model.pt"), (
+            f"trained by an earlier session of this run on cpu-50x4 with the "
+            f"{args.train_backend} backend, {args.train_iterations} iterations ({out}/model.pt)"
+        )
     log(f"no --model: training one on cpu-50x4 with the {args.train_backend} backend in {out}")
     start = time.monotonic()
     config = TrainConfig(
@@ -129,15 +158,22 @@ def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnP
     if args.rnn:
         placer = load_rnn(args.rnn)
         return placer, f"{args.rnn} ({placer.num_devices} devices)"
+    path = state_dir() / "compare_planners" / "rnn.pt"
     config = RnnTrainConfig(
         suite=model.metadata.get("suite", "cpu-50x4"), updates=args.rnn_updates, seed=args.seed
     )
-    log(f"no --rnn: training one on {config.suite} against the model's cost network")
-    start = time.monotonic()
-    placer = train_rnn(model, config, log=log)
+    session = "an earlier session of this run"
+    if args.resume and path.is_file():
+        log(f"--resume: the RNN {session} trained, {path}")
+        placer = load_rnn(path)
+    else:
+        log(f"no --rnn: training one on {config.suite} against the model's cost network")
+        placer = train_rnn(model, config, log=log)
+        save_rnn(placer, path, config)
+        session = "this run"
     return placer, (
-        f"trained by this run on {placer.metadata['train']['suite']} against the model's cost "
-        f"network, {placer.metadata['budget']} ({time.monotonic() - start:.0f} s)"
+        f"trained by {session} on {placer.metadata['train']['suite']} against the model's cost "
+        f"network, {placer.metadata['budget']} ({path})"
     )
 
 
@@ -155,7 +191,10 @@ def single_table_costs(model: DreamShardModel, task: PlacementTask) -> np.ndarra
     return np.maximum(costs, 1e-3 * costs.max())
 
 
-def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, milp_log: dict):
+def make_planners(args, model, placer, best_known: BestKnown, refine_backend, store: PlanStore):
+    """Every planner compared, in report order, each kept in `store` (best_known last)."""
+    milp_log, refine_log = store.log("milp"), store.log("refine")
+
     def rnn(task: PlacementTask, seed: int) -> Placement:
         if task.num_devices != placer.num_devices:
             raise DreamshardError(f"n/a: trained for {placer.num_devices} devices")
@@ -163,23 +202,49 @@ def make_planners(model, placer, best_known: BestKnown, milp_seconds: float, mil
 
     def milp(task: PlacementTask, seed: int) -> Placement:
         costs = single_table_costs(model, task)
-        result: MilpResult = solve_milp(task, costs, milp_seconds, rel_gap=MILP_GAP)
-        milp_log[task.name] = result
+        result: MilpResult = solve_milp(task, costs, args.milp_seconds, rel_gap=MILP_GAP)
+        milp_log[task.name] = {
+            "status": result.status,
+            "placed": result.placement is not None,
+            **{k: float(getattr(result, k)) for k in ("objective", "bound", "gap", "seconds")},
+        }
         if result.placement is None:
             raise DreamshardError(f"no placement: {result.status} after {result.seconds:.1f} s")
         return result.placement
+
+    def dreamshard_refined(task: PlacementTask, seed: int) -> Placement:
+        found = refine(
+            task, "dreamshard", refine_backend, args.refine_seconds, model, seed=seed, split="none"
+        )
+        pick, won = found.candidates[0], found.candidates[found.winner]
+        refine_log[task.name] = {
+            "candidates": [c.name for c in found.candidates],
+            "rounds": found.rounds,
+            "measured": found.rounds * len(found.candidates),
+            "seconds": found.seconds,
+            "winner": won.name,
+            "pick_median_ms": pick.median_ms,
+            "winner_median_ms": won.median_ms,
+            "winner_vs_pick": won.ratio,
+            "reason": found.reason,
+        }
+        return found.placement
 
     planners = dict(PLANNERS)  # random and the four heuristics
     planners |= {
         "torchrec": lambda task, seed: torchrec_place(task, seed),
         "torchrec (no reserve)": lambda task, seed: torchrec_place(task, seed, reserve=False),
         "rnn": rnn,
-        "dreamshard": named_planner("dreamshard", model),
-        "dreamshard_search": named_planner("dreamshard_search", model),
+        "search_analytic": named_planner("search_analytic", split="none"),
+        "dreamshard": named_planner("dreamshard", model, split="none"),
+        "dreamshard_search": named_planner("dreamshard_search", model, split="none"),
+        REFINED: dreamshard_refined,
         "milp": milp,
     }
-    planners = {name: best_known.recorded(name, fn) for name, fn in planners.items()}
-    planners[BEST_KNOWN] = best_known
+    planners = {
+        name: best_known.recorded(name, store.planner(name, fn)) for name, fn in planners.items()
+    }
+    planners[BEST_KNOWN] = store.planner(BEST_KNOWN, best_known)
     return planners
 
 
@@ -191,73 +256,99 @@ class Run:
     suites: dict[str, list[PlacementTask]]
     model_suite: str
     notes: dict[str, str]  # model, rnn, backend settings
-    search_log: dict[str, dict]
-    milp_log: dict[str, MilpResult]
+    logs: dict[str, dict[str, dict]]  # best_known, milp, refine: per task
     seconds: dict[str, float]  # per phase
-    measurements: dict[str, int]  # screening and search, interleaved rounds
+    measurements: dict[str, int]  # per purpose, measured by this session or read back
+
+
+def planning_settings(args: argparse.Namespace) -> dict:
+    """What the stored placements depend on: a resumed run must use the same."""
+    model = args.model or f"trained here on {args.train_backend}, {args.train_iterations} iter"
+    return {
+        "model": model,
+        "rnn": args.rnn or f"trained here, {args.rnn_updates or 'default'} updates",
+        "search_budget": args.search_budget,
+        "refine_seconds": args.refine_seconds,
+        "milp_seconds": args.milp_seconds,
+        "seed": args.seed,
+    }
 
 
 def run_benchmark(args: argparse.Namespace, log) -> Run:
     began = time.monotonic()
-    model, model_note = model_for(args, log)
-    trained = time.monotonic()
-    placer, rnn_note = rnn_for(args, model, log)
-    ready = time.monotonic()
-    backend = make_backend(args.backend)
-    suites = {
-        name: make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
-        for name in args.suites.split(",")
-    }
-    tasks = [task for suite_tasks in suites.values() for task in suite_tasks]
-    best_known = BestKnown(backend, model, args.search_budget, args.seed)
-    milp_log: dict[str, MilpResult] = {}
-    planners = make_planners(model, placer, best_known, args.milp_seconds, milp_log)
-    dataset = fresh_dataset(args)
-    evaluation = evaluate(
-        tasks,
-        planners,
-        backend,
-        dataset,
-        args.rounds,
-        "compare_planners",
-        seed=args.seed,
-        declines=(DreamshardError,),
-    )
-    measurements = {
-        "screening and search": sum(s["screened"] + s["measured"] for s in best_known.log.values()),
-        "interleaved rounds": len(dataset),
-    }
-    dataset.close()
-    searching = float(evaluation.plan_seconds[:, -1].sum())
-    planning = float(evaluation.plan_seconds.sum()) - searching
+    store, dataset = run_stores(args)
+    try:
+        model, model_note = model_for(args, log)
+        trained = time.monotonic()
+        placer, rnn_note = rnn_for(args, model, log)
+        ready = time.monotonic()
+        backend = make_backend(args.backend)
+        suites = {
+            name: make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
+            for name in args.suites.split(",")
+        }
+        tasks = [task for suite_tasks in suites.values() for task in suite_tasks]
+        measurements = Measurements(backend, dataset)
+        searching = measurements.backend_for("screening and search", SEARCH_ROUND)
+        best_known = BestKnown(
+            searching, model, args.search_budget, args.seed, store.log(BEST_KNOWN)
+        )
+        refining = measurements.backend_for("refinement", REFINE_ROUND)
+        planners = make_planners(args, model, placer, best_known, refining, store)
+        evaluation = evaluate(
+            tasks,
+            planners,
+            backend,
+            rounds=args.rounds,
+            seed=args.seed,
+            measure=lambda job: measurements.measure(job, "interleaved rounds"),
+            declines=(DreamshardError,),
+        )
+    finally:
+        dataset.close()
+    evaluated = time.monotonic()
+    planned_now = stored_plan_seconds(evaluation, store)
+    by_planner = evaluation.plan_seconds.sum(axis=0)
+    searching_s = float(by_planner[evaluation.planners.index(BEST_KNOWN)])
+    refining_s = float(by_planner[evaluation.planners.index(REFINED)])
     seconds = {
         "model": trained - began,
         "rnn": ready - trained,
-        "planning": planning,
-        "best known search": searching,
-        "interleaved rounds": time.monotonic() - ready - planning - searching,
+        "planning": float(by_planner.sum()) - searching_s - refining_s,
+        "best known search": searching_s,
+        "refinement": refining_s,
+        "interleaved rounds": evaluated - ready - planned_now,
     }
+    counts = dict(measurements.measured)
+    if measurements.read_back:
+        counts["read back (--resume)"] = sum(measurements.read_back.values())
     notes = {"model": model_note, "rnn": rnn_note, "backend": str(backend.config())}
-    return Run(
-        evaluation,
-        suites,
-        model.metadata.get("suite", ""),
-        notes,
-        best_known.log,
-        milp_log,
-        seconds,
-        measurements,
-    )
+    logs = {kind: store.log(kind) for kind in (BEST_KNOWN, "milp", "refine")}
+    return Run(evaluation, suites, model.metadata.get("suite", ""), notes, logs, seconds, counts)
 
 
-def fresh_dataset(args: argparse.Namespace) -> CostDataset:
-    """This script's own measurement store, emptied unless --resume (drift: one run compares)."""
-    path = state_dir() / "compare_planners" / f"costs-{args.backend}.sqlite"
+def stored_plan_seconds(evaluation: Evaluation, store: PlanStore) -> float:
+    """Each placement's planning time as stored with it (a resumed run planned some in an
+    earlier session); returns this session's planning time (its part of the evaluation)."""
+    planned_now = float(evaluation.plan_seconds.sum())
+    for t, task in enumerate(evaluation.tasks):
+        for j, name in enumerate(evaluation.planners):
+            evaluation.plan_seconds[t, j] = store.seconds[(task.name, name)]
+    return planned_now
+
+
+def run_stores(args: argparse.Namespace) -> tuple[PlanStore, CostDataset]:
+    """This script's own placements and measurements, emptied unless --resume (drift: one run
+    compares; `planners_store` says what is kept)."""
+    folder = state_dir() / "compare_planners"
+    folder.mkdir(parents=True, exist_ok=True)
+    costs = folder / f"costs-{args.backend}.sqlite"
+    plans = folder / f"plans-{args.backend}.json"
     if not args.resume:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return CostDataset(path)
+        for path in (costs, Path(f"{costs}-wal"), Path(f"{costs}-shm"), plans):
+            path.unlink(missing_ok=True)
+    store = PlanStore(plans, planning_settings(args), args.resume)
+    return store, CostDataset(costs)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -281,11 +372,9 @@ def main(argv: list[str] | None = None) -> str:
         {
             "suites": {name: [t.name for t in tasks] for name, tasks in run.suites.items()},
             "summary_by_suite": summaries,
-            "best_known_search": run.search_log,
-            "milp": {
-                name: {k: v for k, v in vars(r).items() if k != "placement"}
-                for name, r in run.milp_log.items()
-            },
+            "best_known_search": run.logs[BEST_KNOWN],
+            "refinement": run.logs["refine"],
+            "milp": run.logs["milp"],
             "settings": vars(args),
             "command": command,
             "notes": run.notes,
