@@ -165,7 +165,7 @@ def others_max(values: np.ndarray) -> np.ndarray:
     return np.where(np.arange(values.shape[1]) == top[:, :1], second, first)
 
 
-LOOKAHEAD_INIT = 10.0  # the lookahead's starting weight: logits apart by 1 per 0.1 x scale
+LOOKAHEAD_INIT = 300.0  # the lookahead's starting weight: logits apart by 3 per 0.01 x scale
 
 
 class PlacementPolicy(nn.Module):

@@ -23,7 +23,7 @@ class TrainConfig:
     costnet_loss: str = "mse"
     # the cost network's design, one of COSTNET_ENCODERS: "relu" (the paper's table encoder) or
     # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py)
-    costnet_encoder: str = "relu"
+    costnet_encoder: str = "exp"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
     # each fbgemm measurement (costs/reference.py; measurements without one are left out)
     labels: str = "raw"
