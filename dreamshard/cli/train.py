@@ -60,13 +60,19 @@ def add_train_command(sub) -> None:
         ("policy_updates", "policy updates per iteration"),
         ("episodes", "episodes per policy update"),
         ("warm_start", "heuristic and random placements measured first (0: none)"),
+        (
+            "pretrain",
+            "on real hardware, placements labelled by the simulated backend (scaled to this "
+            "host) that the cost network is fitted on first (0: none)",
+        ),
+        ("pretrain_steps", "cost-network steps on those"),
         ("train_tasks", "training tasks of the suite"),
     ):
         value = getattr(defaults, name)
         tr.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=positive(int) if name != "warm_start" else int,
+            type=positive(int) if name not in ("warm_start", "pretrain") else int,
             default=value,
             help=f"{help_text} (default {value})",
         )

@@ -35,6 +35,7 @@ from dreamshard.learn.model_file import (
     save_torch_atomic,
 )
 from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
+from dreamshard.learn.pretrain import measured_rows, pretrain_costnet, wants_prior
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH
@@ -52,6 +53,7 @@ class TrainState:
     generator: torch.Generator
     rng: np.random.Generator
     history: list[dict] = field(default_factory=list)
+    prior: dict = field(default_factory=dict)  # the simulated prior fitted first (pretrain.py)
 
 
 def modeled_comm(backend) -> dict | None:
@@ -100,6 +102,7 @@ def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
             "generator": state.generator.get_state(),
             "rng": json.dumps(state.rng.bit_generator.state),
             "history": json.dumps(state.history),
+            "prior": json.dumps(state.prior),
         },
         path,
     )
@@ -120,6 +123,7 @@ def load_checkpoint(path: Path, config: TrainConfig, backend=None) -> TrainState
     state.rng.bit_generator.state = json.loads(data["rng"])
     state.iteration = data["iteration"]
     state.history = json.loads(data["history"])
+    state.prior = json.loads(data.get("prior", "{}"))  # checkpoints from before the prior
     return state
 
 
@@ -195,6 +199,10 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
         )
     cut = len(examples) - max(1, int(len(examples) * holdout))
     state = fresh_state(config, backend)
+    if wants_prior(config):  # scaled to this host by the fitted measurements only
+        spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks)
+        rows = measured_rows(CostDataset(dataset_path(config)), backend.config())
+        state.prior = pretrain_costnet(state, config, make_suite(spec), rows[:cut], log)
     fit_config = replace(config, iterations=1)
     losses = fit_costnet(state, fit_config, examples[:cut])
     errors = costnet_errors(state.costnet, examples[cut:])
@@ -208,6 +216,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
         "config": asdict(config),
         "examples": len(examples),
         "errors": errors,
+        "prior": state.prior,
     }
     return DreamShardModel(state.costnet, state.policy, metadata), losses, errors
 
@@ -232,6 +241,9 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         log(f"warm start: measuring {config.warm_start} heuristic and random placements")
         jobs = collection_jobs(suite, config.warm_start, device_counts=config.warm_start_devices)
         collect(list(jobs), backend, dataset, spec.name)
+    if not state.iteration and wants_prior(config):
+        rows = measured_rows(dataset, backend.config())
+        state.prior = pretrain_costnet(state, config, suite, rows, log)
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
     probe_backend = backend if config.backend == "simulated" else None
@@ -272,6 +284,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             "backend": backend.config(),
             "config": asdict(config),
             "history": state.history,
+            "prior": state.prior,
             "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "ranges": training_ranges(tasks),
         },

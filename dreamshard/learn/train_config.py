@@ -32,6 +32,10 @@ class TrainConfig:
     learning_rate: float = 5e-4
     entropy_weight: float = 1e-3
     warm_start: int = 20  # heuristic and random placements measured first (0: none)
+    # on real hardware, the cost network is first fitted on this many placements labelled by
+    # the simulated backend, scaled to this host (0: none; never on the simulated backend)
+    pretrain: int = 2000
+    pretrain_steps: int = 3000
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False

@@ -1,0 +1,90 @@
+"""The simulated prior for the cost network on real hardware (learn/pretrain.py)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel
+from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.pretrain import (
+    host_factor,
+    measured_rows,
+    pretrain_costnet,
+    prior_examples,
+    wants_prior,
+)
+from dreamshard.learn.train import fresh_state
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.placement.suites import make_suite, parse_suite_name
+
+
+def slower_host(times: float) -> SimulatedBackend:
+    """The simulated backend on a host whose kernels take `times` as long."""
+    shipped = SimulatedModel.load()
+    return SimulatedBackend(
+        SimulatedModel([w * times for w in shipped.fwd], [w * times for w in shipped.bwd])
+    )
+
+
+def measured_on(backend, suite, count: int, path) -> list:
+    dataset = CostDataset(path)
+    collect(list(collection_jobs(suite, count)), backend, dataset, suite.spec.name)
+    return measured_rows(dataset, backend.config())
+
+
+def test_prior_labels_scale_compute_and_keep_the_modeled_exchange():
+    suite = make_suite(parse_suite_name("cpu-12x3", num_train_tasks=4))
+    simulated = SimulatedBackend()
+    plain = prior_examples(suite, 8, simulated, 1.0)
+    scaled = prior_examples(suite, 8, simulated, 2.5)
+    compute = [DEVICE_TERMS.index("fwd_comp"), DEVICE_TERMS.index("bwd_comp")]
+    comm = DEVICE_TERMS.index("bwd_comm")
+    assert len(plain) == 8
+    for a, b in zip(plain, scaled):
+        assert np.array_equal(a.devices, b.devices) and a.task == b.task
+        assert np.allclose(b.device_targets[:, compute], 2.5 * a.device_targets[:, compute])
+        assert np.array_equal(b.device_targets[:, comm], a.device_targets[:, comm])
+        assert b.overall > a.overall
+    # unscaled, the label is the simulated backend's own overall cost of that placement
+    jobs = list(collection_jobs(suite, 8))
+    for example, job in zip(plain, jobs):
+        assert example.overall == pytest.approx(simulated.measure(job.task, job.placement).overall)
+
+
+def test_the_host_factor_is_what_this_host_measures_over_what_the_model_says(tmp_path):
+    suite = make_suite(parse_suite_name("cpu-12x3", num_train_tasks=4))
+    rows = measured_on(slower_host(2.0), suite, 6, tmp_path / "slow.sqlite")
+    assert len(rows) == 6
+    assert host_factor(rows, SimulatedBackend()) == pytest.approx(2.0)
+    assert host_factor([], SimulatedBackend()) == 1.0
+
+
+def test_the_prior_puts_the_network_at_this_hosts_scale(tmp_path):
+    """Fitted on the prior alone, the network predicts the compute the slower host takes for
+    placements of tasks it never saw, not the simulated model's (half as large)."""
+    suite = make_suite(parse_suite_name("cpu-12x3", num_train_tasks=10, num_test_tasks=4))
+    host = slower_host(2.0)
+    rows = measured_on(host, suite, 6, tmp_path / "host.sqlite")
+    config = TrainConfig(backend="fbgemm", pretrain=300, pretrain_steps=600, seed=0)
+    state = fresh_state(config, host)
+    prior = pretrain_costnet(state, config, suite, rows, log=lambda *_: None)
+    assert prior["host_factor"] == pytest.approx(2.0) and prior["factor_from"] == 6
+    compute = [DEVICE_TERMS.index("fwd_comp"), DEVICE_TERMS.index("bwd_comp")]
+    ratios = []
+    for job in collection_jobs(replace(suite, train_tasks=suite.test_tasks), 8):
+        predicted, _ = state.costnet.predict_ms(job.task, job.placement)
+        measured = host.measure(job.task, job.placement)
+        took = sum(d.fwd_comp + d.bwd_comp for d in measured.devices)
+        ratios.append(predicted[:, compute].sum() / took)
+    assert 0.75 < float(np.median(ratios)) < 1.33  # unscaled it would be near 0.5
+
+
+def test_only_runs_on_real_hardware_from_scratch_with_raw_labels_fit_the_prior():
+    assert wants_prior(TrainConfig(backend="fbgemm"))
+    assert not wants_prior(TrainConfig(backend="simulated"))
+    assert not wants_prior(TrainConfig(backend="fbgemm", pretrain=0))
+    assert not wants_prior(TrainConfig(backend="fbgemm", init_model="m.pt"))
+    assert not wants_prior(TrainConfig(backend="fbgemm", labels="normalised"))
