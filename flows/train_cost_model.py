@@ -43,6 +43,8 @@ def train_cost_model(
         "steps": steps,
         "seed": seed,
         "dataset": config.dataset,
+        "pretrain": config.pretrain,  # the simulated prior (learn/pretrain.py)
+        "pretrain_steps": config.pretrain_steps,
     }
     with mlflow_run("train-cost-model", suite, params, parent_run_id):
         model, losses, errors = fit(config)
@@ -50,6 +52,8 @@ def train_cost_model(
             mlflow.log_metric("costnet_loss", loss, step=step)
         mlflow.log_metrics({f"heldout_{k}": v for k, v in errors.items()})
         mlflow.log_metric("dataset_size", model.metadata["examples"])
+        if model.metadata["prior"]:
+            mlflow.log_metric("prior_host_factor", model.metadata["prior"]["host_factor"])
         path = folder / "costnet.pt"
         save_model(model, path)
         mlflow.log_artifact(str(path))
