@@ -31,7 +31,7 @@ import torch
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
 from dreamshard.learn.costnet_data import Example
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.train_config import TrainConfig
@@ -75,15 +75,15 @@ def prior_examples(
         )
         targets[:, COMPUTE] *= factor
         busy = np.bincount(job.placement.devices, minlength=job.task.num_devices) > 0
-        forward = targets[busy, COMPUTE[0]].max()
-        rest = (2 * targets[:, COMM] + targets[:, COMPUTE[1]]).max()
+        labels = torch.from_numpy(targets)
+        overall = compose_overall(labels, torch.from_numpy(busy), labels[:, COMM])
         examples.append(
             Example(
                 feature_matrix(job.task.tables),
                 np.array(job.placement.devices),
                 job.task.num_devices,
                 targets,
-                float(forward + rest),
+                float(overall),
                 job.task.name,
                 job.placement.method,
             )
