@@ -43,11 +43,8 @@ def load_examples(
     """
     if labels not in LABELS:
         raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
-    wanted = json.dumps(config, sort_keys=True) if config is not None else None
     examples = []
-    for row in dataset.rows(status="ok"):
-        if wanted is not None and row["config"] != wanted:
-            continue
+    for row in measured_rows(dataset, config):
         cost = _record_cost(row)
         if labels == "normalised":
             if normalisation_factor(cost.info) is None or cost.comm == "measured":
@@ -69,6 +66,13 @@ def load_examples(
             )
         )
     return examples
+
+
+def measured_rows(dataset: CostDataset, config: dict | None = None) -> list:
+    """The dataset's successful measurements (taken with backend settings `config`, when
+    given), oldest first."""
+    wanted = json.dumps(config, sort_keys=True) if config is not None else None
+    return [r for r in dataset.rows(status="ok") if wanted is None or r["config"] == wanted]
 
 
 def _record_cost(row) -> PlacementCost:

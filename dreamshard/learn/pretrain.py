@@ -21,7 +21,6 @@ to 0.88 (`benchmarks/results/costnet_prior_fbgemm.md`; docs/learning.md).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,10 +28,10 @@ import numpy as np
 import torch
 
 from dreamshard.costs.collect import collection_jobs
-from dreamshard.costs.dataset import CostDataset, record_costs, record_task
+from dreamshard.costs.dataset import record_costs, record_task
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
-from dreamshard.learn.costnet_data import Example
+from dreamshard.learn.costnet_data import Example, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import Suite
@@ -40,13 +39,7 @@ from dreamshard.tables.features import feature_matrix
 
 COMPUTE = [DEVICE_TERMS.index("fwd_comp"), DEVICE_TERMS.index("bwd_comp")]
 COMM = DEVICE_TERMS.index("bwd_comm")
-
-
-def measured_rows(dataset: CostDataset, backend_config: dict) -> list:
-    """The dataset's successful measurements taken with `backend_config`, oldest first (the
-    order `load_examples` reads them in)."""
-    wanted = json.dumps(backend_config, sort_keys=True)
-    return [row for row in dataset.rows(status="ok") if row["config"] == wanted]
+__all__ = ["host_factor", "measured_rows", "pretrain_costnet", "prior_examples", "wants_prior"]
 
 
 def host_factor(rows: Sequence, simulated: SimulatedBackend) -> float:
