@@ -1,17 +1,23 @@
 """Split tables on real kernels: what halving a width buys, and split plans beside table-wise ones.
 
 Run: .venv/bin/python benchmarks/split_tables.py [--suites cpu-50x4,cpu-100x8] [--tasks 4]
-         [--rounds 4] [--model PATH|URI] [--planners lookup,size_lookup,...]
+         [--rounds 4] [--model PATH|URI] [--planners lookup,size_lookup,...,torchrec]
 On the fbgemm backend in process (this host's CPU, fp32 weights, communication modeled by the
 cpu-gloo topology), in interleaved rounds in one run (about 20 minutes with the defaults,
-longer while other measurements hold the host):
+longer while other measurements hold the host; `--backend simulated` runs the same at toy
+scale in seconds, for the test):
 
 (a) the hottest table of the first suite's held-out tasks (its lookups x width against the
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
 (b) each planner's `--split none` and `--split auto` plans of the held-out tasks, variants of
     the heuristics' balance rule (unchecked, halving row-wise, the check with row halvings
-    too), and every task's tables timed alone (one kernel each).
+    too), and every task's tables timed alone (one kernel each). TorchRec's planner is a
+    planner here too (when torchrec is installed): `torchrec` table-wise and `torchrec +split`
+    with its own column-/row-wise choice, on the same memory cap as ours and with no storage
+    reservation (`torchrec_place(reserve=False)`); `dreamshard +split` is reported against
+    `torchrec +split` per suite and over all suites, as paired ratios on the tasks TorchRec
+    places ([k/n]: a task TorchRec declines is counted, not measured).
 
 The model of `dreamshard` is `--model`, else the registry's champion
 (`models:/dreamshard-policy@champion`, where the state folder has a registry), else
@@ -26,6 +32,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +59,7 @@ from dreamshard.placement.splitting import balance_splits, memory_splits, split_
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_task
 from dreamshard.planners.split_choice import choose_splits
+from dreamshard.planners.torchrec_planner import require_torchrec, torchrec_place
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -59,8 +67,15 @@ from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.table import Table
 
 RESULTS = Path(__file__).parent / "results"
-PLANNERS = ("dim", "size", "lookup", "size_lookup", "search_analytic", "dreamshard")
+PLANNERS = ("dim", "size", "lookup", "size_lookup", "search_analytic", "dreamshard", "torchrec")
 SPLIT = " +split"  # the name of a planner's --split auto plan
+# Ours against TorchRec's planner on the same memory: (ours, TorchRec's); the first is the
+# issue's target (at most TARGET_TORCHREC).
+TORCHREC_PAIRS = (
+    ("dreamshard" + SPLIT, "torchrec" + SPLIT),
+    ("dreamshard", "torchrec"),
+    ("dreamshard" + SPLIT, "torchrec"),
+)
 # The heuristics' balance rule as variants beside their `--split auto` (which keeps the rule's
 # column halvings only where the analytic model rates them cheaper): the rule unchecked, the
 # rule halving row-wise, and the check choosing among the rule's column and row halvings.
@@ -68,7 +83,11 @@ UNCHECKED = " +rule unchecked"
 ROW_SPLIT = " +row rule"
 CHECKED_ROWS = " +checked, rows too"
 ROW_RULE = ("lookup", "size_lookup")
-TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
+TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC, TARGET_TORCHREC = 0.92, 1.03, 0.95, 0.95
+
+
+class TorchRecDeclined(Exception):
+    """TorchRec's planner declined a task (its reason): the task is counted, not measured."""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -80,18 +99,20 @@ def main(argv: list[str] | None = None) -> dict:
     suites = [make_suite(parse_suite_name(s, 1, args.tasks)) for s in args.suites.split(",")]
     tasks = [t for s in suites for t in s.test_tasks]
     named, variants = named_planners(planners, args.rule_variants, model)
-    placements, plan_seconds, _ = place_all(tasks, named)
+    placements, plan_seconds, declined = place_all(tasks, named, (TorchRecDeclined,))
     print(f"placed in {time.monotonic() - began:.0f} s", flush=True)
 
-    hot_task, hot = hottest_table(suites[0].test_tasks)
-    widths = width_items(hot, hot_task)
+    hot = [(*hottest_table(s.test_tasks), s) for s in first_of_each_profile(suites)]
+    widths = [width_items(table, task) for task, table, _ in hot]
     items, index = unique_items(tasks, placements)
     alone = [alone_item(task) for task in tasks]
-    every = [*items, *alone, *(item for _, item in widths)]
-    backend = FbgemmBackend()
+    every = [*items, *alone, *(item for group in widths for _, item in group)]
+    backend = FbgemmBackend() if args.backend == "fbgemm" else SimulatedBackend()
     raw, load_avg = measure_rounds(backend, every, args.rounds)
     full = raw if args.labels == "raw" else [[normalised(c) for c in row] for row in raw]
-    evaluation = build_evaluation(tasks, named, placements, plan_seconds, index, full, backend)
+    evaluation = build_evaluation(
+        tasks, named, placements, plan_seconds, declined, index, full, backend
+    )
     results = {
         "command": "benchmarks/split_tables.py " + " ".join(argv or []),
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -109,8 +130,14 @@ def main(argv: list[str] | None = None) -> dict:
         "reference_ms_per_round": reference_per_round(raw),
         "noise_cv": placement_noise(np.array([[c.overall for c in row] for row in full])),
         "noise_cv_raw": placement_noise(np.array([[c.overall for c in row] for row in raw])),
-        "widths": width_results(hot, hot_task, widths, full_slice(full, len(every) - len(widths))),
     }
+    start = len(items) + len(alone)
+    by_profile = []
+    for (task, table, _), group in zip(hot, widths):
+        by_profile.append(width_results(table, task, group, full_slice(full, start, len(group))))
+        start += len(group)
+    results["widths"] = by_profile[0]  # the first suite's profile
+    results["widths_other_profiles"] = by_profile[1:]
     suite_of = [s.spec.name for s in suites for _ in s.test_tasks]
     alone_costs = full_slice(full, len(items), len(alone))
     noise = results["noise_cv"]
@@ -150,6 +177,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--model", help="dreamshard's model (default: see the docstring)")
     parser.add_argument(
+        "--backend",
+        choices=["fbgemm", "simulated"],
+        default="fbgemm",
+        help="real kernels, or the analytic model at toy scale (takes --labels raw)",
+    )
+    parser.add_argument(
         "--labels",
         choices=["normalised", "raw"],
         default="normalised",
@@ -157,7 +190,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=str(RESULTS / "split_tables"), help="path less suffix")
     args = parser.parse_args(argv)
+    if args.backend == "simulated" and args.labels != "raw":
+        parser.error("--backend simulated times no reference group: pass --labels raw")
     planners = args.planners.split(",")
+    if "torchrec" in planners:
+        try:
+            require_torchrec()
+        except DreamshardError as exc:
+            if args.planners != parser.get_default("planners"):
+                parser.error(str(exc))
+            print(f"without TorchRec's rows: {exc}", flush=True)  # optional by default
+            planners.remove("torchrec")
+            args.planners = ",".join(planners)
     args.rule_variants = []  # (suffix, heuristic) of the proposals measured beside
     for suffix, option, default in (
         (UNCHECKED, args.unchecked_rule, tuple(HEURISTIC_KEYS)),
@@ -177,14 +221,29 @@ def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dic
     split plan's name -> its `--split none` plan's name."""
     named, variants = {}, {}
     for method in planners:
-        named[method] = named_planner(method, model, split="none")
-        named[method + SPLIT] = named_planner(method, model, split="auto")
+        make = torchrec_planner if method == "torchrec" else partial(named_planner, method, model)
+        named[method] = make(split="none")
+        named[method + SPLIT] = make(split="auto")
         variants[method + SPLIT] = method
     rules = {UNCHECKED: unchecked_rule, ROW_SPLIT: row_rule, CHECKED_ROWS: checked_rows_rule}
     for suffix, method in rule_variants:
         named[method + suffix] = rule_planner(method, rules[suffix])
         variants[method + suffix] = method
     return named, variants
+
+
+def torchrec_planner(split: str):
+    """TorchRec's planner on our memory cap with no storage reservation (the memory our
+    planners get): table-wise under `split="none"`, its own column-/row-wise choice under
+    `"auto"`. Its refusal of a task is a TorchRecDeclined, which the benchmark counts."""
+
+    def plan(task: PlacementTask, seed: int) -> Placement:
+        try:
+            return torchrec_place(task, seed, reserve=False, split=split)
+        except DreamshardError as exc:
+            raise TorchRecDeclined(str(exc)) from None
+
+    return plan
 
 
 def measure_rounds(backend, every: list, rounds: int) -> tuple[list[list[PlacementCost]], list]:
@@ -209,9 +268,12 @@ def measure_rounds(backend, every: list, rounds: int) -> tuple[list[list[Placeme
 def analyse(evaluation, planners, variants, suite_of, full, index, alone, noise) -> dict:
     """Per task, per suite and against the issue's targets."""
     tasks, count = evaluation.tasks, len(evaluation.planners)
-    loads = np.array(  # [round, task, planner]: each plan's mean device load
+    loads = np.array(  # [round, task, planner]: each plan's mean device load (NaN: declined)
         [
-            [[mean_load(row[index[(t, j)]]) for j in range(count)] for t in range(len(tasks))]
+            [
+                [mean_load(row[index[(t, j)]]) if (t, j) in index else np.nan for j in range(count)]
+                for t in range(len(tasks))
+            ]
             for row in full
         ]
     )
@@ -228,6 +290,7 @@ def analyse(evaluation, planners, variants, suite_of, full, index, alone, noise)
             evaluation.subset(where), variants, [found["tasks"][t] for t in where], noise
         )
     found["targets"] = targets(found, planners, variants)
+    found["targets"]["vs_torchrec"] = torchrec_pairs(evaluation)
     return found
 
 
@@ -250,6 +313,15 @@ def benchmark_model(given: str | None):
     config = TrainConfig(suite="cpu-50x4", backend="simulated", out=str(out))
     model = train(config, log=lambda line: print(line, flush=True))
     return model, "trained by this run on the simulated backend (cpu-50x4, paper defaults)"
+
+
+def first_of_each_profile(suites: list) -> list:
+    """The first suite of each table profile (`cpu`, `dlrm`: the profile sets the tables' rows
+    and precision; suites of one profile share its tables)."""
+    seen: dict[str, object] = {}
+    for suite in suites:
+        seen.setdefault(suite.spec.profile, suite)
+    return list(seen.values())
 
 
 def hottest_table(tasks: list[PlacementTask]) -> tuple[PlacementTask, Table]:
@@ -305,6 +377,8 @@ def unique_items(tasks, placements) -> tuple[list, dict]:
     items, index, known = [], {}, {}
     for t, row in enumerate(placements):
         for j, placement in enumerate(row):
+            if placement is None:  # declined: not measured
+                continue
             key = (t, placement.splits, placement.devices)
             if key not in known:
                 known[key] = len(items)
@@ -319,14 +393,20 @@ def full_slice(full: list[list[PlacementCost]], start: int, count: int | None = 
     return np.array([row[start:stop] for row in full], dtype=object)
 
 
-def build_evaluation(tasks, named, placements, plan_seconds, index, full, backend) -> Evaluation:
-    """The project's one `Evaluation` of these costs (strongest heuristic, paired ratios)."""
+def build_evaluation(
+    tasks, named, placements, plan_seconds, declined, index, full, backend
+) -> Evaluation:
+    """The project's one `Evaluation` of these costs (strongest heuristic, paired ratios); a
+    declined plan has NaN costs."""
     rounds, names = len(full), list(named)
     costs = np.full((rounds, len(tasks), len(names)), np.nan)
     breakdowns = []
     for t in range(len(tasks)):
         row = []
         for j in range(len(names)):
+            if (t, j) not in index:
+                row.append([])
+                continue
             measured = [full[r][index[(t, j)]] for r in range(rounds)]
             costs[:, t, j] = [c.overall for c in measured]
             row.append(mean_breakdown(measured))
@@ -339,17 +419,16 @@ def build_evaluation(tasks, named, placements, plan_seconds, index, full, backen
         breakdowns,
         plan_seconds,
         backend.name,
-        {},
+        declined,
         describe_costs(backend.config()),
     )
 
 
 def reference_per_round(full) -> list[float]:
-    """The median of the reference group's time (costs/reference.py) over each round."""
-    return [
-        float(np.median([c.info["reference_ms"] for c in row if "reference_ms" in c.info]))
-        for row in full
-    ]
+    """The median of the reference group's time (costs/reference.py) over each round; none
+    where the backend times no reference (simulated)."""
+    timed = [[c.info["reference_ms"] for c in row if "reference_ms" in c.info] for row in full]
+    return [float(np.median(row)) for row in timed if row]
 
 
 def placement_noise(overall: np.ndarray) -> float:
@@ -409,11 +488,12 @@ def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alon
     names, task = evaluation.planners, evaluation.tasks[t]
     costs = evaluation.costs[:, t]  # [round, planner]
     placements = evaluation.placements[t]
-    bound = loads.min(axis=1)  # [round]: the balanced bound (see DEFINITIONS)
+    bound = np.nanmin(loads, axis=1)  # [round]: the balanced bound (see DEFINITIONS)
     alone_bound = tables_alone_bound(task, alone)
     means = costs.mean(axis=0)
-    whole = [names.index(p) for p in planners]
-    split = [names.index(p + SPLIT) for p in planners]
+    placed = [j for j in range(len(names)) if placements[j] is not None]
+    whole = [names.index(p) for p in planners if names.index(p) in placed]
+    split = [names.index(p + SPLIT) for p in planners if names.index(p + SPLIT) in placed]
     best_whole = min(whole, key=lambda j: means[j])
     best_split = min(split, key=lambda j: means[j])
     result = {
@@ -421,7 +501,7 @@ def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alon
         "tables": len(task.tables),
         "devices": task.num_devices,
         "bound_ms": bound.tolist(),
-        "bound_plan": names[int(np.argmin(loads.mean(axis=0)))],
+        "bound_plan": names[int(np.nanargmin(loads.mean(axis=0)))],
         "tables_alone_bound_ms": alone_bound.tolist(),
         "best_tablewise": names[best_whole],
         "best_split": names[best_split],
@@ -434,6 +514,9 @@ def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alon
     }
     for j, name in enumerate(names):
         placement = placements[j]
+        if placement is None:
+            result["planners"][name] = {"declined": evaluation.declined[(t, j)]}
+            continue
         result["planners"][name] = {
             "costs_ms": costs[:, j].tolist(),
             "mean_load_ms": loads[:, j].tolist(),
@@ -448,6 +531,9 @@ def task_results(evaluation: Evaluation, t: int, planners, variants, loads, alon
         }
     for variant, base in variants.items():
         none, auto = names.index(base), names.index(variant)
+        if placements[none] is None or placements[auto] is None:
+            result["planners"][variant]["vs_none"] = None  # one of the two declined
+            continue
         same = placements[none].devices == placements[auto].devices and not placements[auto].splits
         result["planners"][variant]["vs_none"] = {
             **spread(costs[:, auto] / costs[:, none]),
@@ -549,27 +635,31 @@ def suite_results(evaluation: Evaluation, variants, tasks: list[dict], noise: fl
     names = evaluation.planners
     rows = {}
     for variant, base in variants.items():
-        pairs = [task["planners"][variant]["vs_none"] for task in tasks]
+        # the tasks where the auto plan, the none plan and both were placed (TorchRec declines)
+        auto = [task for task in tasks if "declined" not in task["planners"][variant]]
+        none = [task for task in tasks if "declined" not in task["planners"][base]]
+        pairs = [task["planners"][variant]["vs_none"] for task in auto if task in none]
         rows[variant] = {
-            "auto_vs_none": float(geometric_mean(np.array([x["ratio"] for x in pairs]))),
+            "tasks_placed": len(auto),
+            "tasks_placed_none": len(none),
+            "tasks": len(tasks),
+            "auto_vs_none": placed_mean([x["ratio"] for x in pairs]),
             "auto_vs_none_tasks": [x["ratio"] for x in pairs],
             "worse_beyond_noise": sum(x["min"] > 1 and x["ratio"] > 1 + noise for x in pairs),
             "better_beyond_noise": sum(x["max"] < 1 and x["ratio"] < 1 - noise for x in pairs),
-            "tasks_split": sum(bool(task["planners"][variant]["splits"]) for task in tasks),
+            "tasks_split": sum(bool(task["planners"][variant]["splits"]) for task in auto),
             "tables_split_per_task": float(
-                np.mean([len(task["planners"][variant]["splits"]) for task in tasks])
+                np.mean([len(task["planners"][variant]["splits"]) for task in auto])
+            )
+            if auto
+            else None,
+            "vs_strongest_none": placed_mean(vs_strongest[:, names.index(base)]),
+            "vs_strongest_auto": placed_mean(vs_strongest[:, names.index(variant)]),
+            "vs_bound_none": placed_mean(
+                [task["planners"][base]["vs_bound"]["ratio"] for task in none]
             ),
-            "vs_strongest_none": float(geometric_mean(vs_strongest[:, names.index(base)])),
-            "vs_strongest_auto": float(geometric_mean(vs_strongest[:, names.index(variant)])),
-            "vs_bound_none": float(
-                geometric_mean(
-                    np.array([task["planners"][base]["vs_bound"]["ratio"] for task in tasks])
-                )
-            ),
-            "vs_bound_auto": float(
-                geometric_mean(
-                    np.array([task["planners"][variant]["vs_bound"]["ratio"] for task in tasks])
-                )
+            "vs_bound_auto": placed_mean(
+                [task["planners"][variant]["vs_bound"]["ratio"] for task in auto]
             ),
         }
     best_split = np.array(
@@ -583,7 +673,36 @@ def suite_results(evaluation: Evaluation, variants, tasks: list[dict], noise: fl
         "vs_strongest_per_task": {
             name: vs_strongest[:, j].tolist() for j, name in enumerate(names)
         },
+        "vs_torchrec": torchrec_pairs(evaluation),
     }
+
+
+def placed_mean(values) -> float | None:
+    """The geometric mean of the ratios that are there (NaN: a declined plan); None if none."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    return float(geometric_mean(values)) if values.size else None
+
+
+def torchrec_pairs(evaluation: Evaluation) -> dict:
+    """Ours against TorchRec's planner (TORCHREC_PAIRS): the paired ratio (geometric mean over
+    rounds per task, then over the tasks TorchRec placed), its per-task values and range, and
+    how many of the tasks TorchRec placed."""
+    found = {}
+    for ours, theirs in TORCHREC_PAIRS:
+        if ours not in evaluation.planners or theirs not in evaluation.planners:
+            continue
+        column = evaluation.ratios(theirs)[:, evaluation.planners.index(ours)]  # [task]
+        placed = ~np.isnan(column)
+        found[f"{ours} / {theirs}"] = {
+            "ratio": placed_mean(column),
+            "min": float(column[placed].min()) if placed.any() else None,
+            "max": float(column[placed].max()) if placed.any() else None,
+            "per_task": [None if np.isnan(x) else float(x) for x in column],
+            "tasks_placed": int(placed.sum()),
+            "tasks": len(column),
+        }
+    return found
 
 
 def targets(results: dict, planners, variants) -> dict:
@@ -621,13 +740,13 @@ def targets(results: dict, planners, variants) -> dict:
         values = np.concatenate(
             [results["suites"][s]["vs_strongest_per_task"][variant] for s in results["suites"]]
         )
-        every[variant] = float(geometric_mean(values))
+        every[variant] = placed_mean(values)
     values = np.concatenate(
         [results["suites"][s]["best_split_vs_strongest_tasks"] for s in results["suites"]]
     )
-    every["best split plan"] = float(geometric_mean(values))
+    every["best split plan"] = placed_mean(values)
     found["vs_strongest_tablewise_heuristic"] = every
-    found["met_0.95"] = {k: v <= TARGET_HEURISTIC for k, v in every.items()}
+    found["met_0.95"] = {k: v is not None and v <= TARGET_HEURISTIC for k, v in every.items()}
     found["worse_than_none_beyond_noise"] = {
         v: sum(results["suites"][s]["planners"][v]["worse_beyond_noise"] for s in results["suites"])
         for v in variants
@@ -645,8 +764,8 @@ def render(results: dict) -> str:
         f"{results['minutes']:.1f} min in all. Load average (1 min) over the run: "
         f"{load['min']:.1f}-{load['max']:.1f} on 2 cores shared with other engineers; the "
         f"reference group (costs/reference.py) took "
-        f"{', '.join(f'{x:.1f}' for x in results['reference_ms_per_round'])} ms in the rounds "
-        f"(nominal 12.0). Labels: {results['labels']}"
+        f"{', '.join(f'{x:.1f}' for x in results['reference_ms_per_round']) or 'no'} ms in the "
+        f"rounds (nominal 12.0). Labels: {results['labels']}"
         + (
             " (compute scaled by nominal / the reference's time in the same measurement)"
             if results["labels"] == "normalised"
@@ -656,7 +775,10 @@ def render(results: dict) -> str:
         f"{results['noise_cv']:.1%} ({results['noise_cv_raw']:.1%} raw). "
         f"Model of dreamshard: {results['model']}. "
         f"Command: `{results['command'].strip()}`.",
-        render_widths(results["widths"]),
+        "\n\n".join(
+            render_widths(w, first=k == 0)
+            for k, w in enumerate([results["widths"], *results.get("widths_other_profiles", [])])
+        ),
         render_suites(results),
         render_tasks(results),
         render_targets(results["targets"]),
@@ -665,7 +787,7 @@ def render(results: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_widths(widths: dict) -> str:
+def render_widths(widths: dict, first: bool = True) -> str:
     header = [
         "kernel",
         "rows",
@@ -689,9 +811,10 @@ def render_widths(widths: dict) -> str:
         ]
         for item in widths["items"]
     ]
+    heading = "## (a) One hot table at width d, d/2, d/4 (same trace)\n\n" if first else ""
     return "\n".join(
         [
-            f"## (a) One hot table at width d, d/2, d/4 (same trace)\n\n{widths['table']} of "
+            f"{heading}{widths['table']} of "
             f"{widths['task']}: {widths['rows']} rows x {widths['dim']}, "
             f"{widths['pooling_factor']:.1f} lookups per sample, lookups x width "
             f"{widths['key_over_mean_load']:.2f}x the task's mean device load. Each kernel "
@@ -719,17 +842,17 @@ def render_suites(results: dict) -> str:
     for name, suite in results["suites"].items():
         rows = [
             [
-                p,
-                f"{r['auto_vs_none']:.3f} ("
+                p + placed_note(r),
+                f"{ratio(r['auto_vs_none'])} ("
                 + " ".join(f"{x:.2f}" for x in r["auto_vs_none_tasks"])
                 + ")",
                 f"{r['worse_beyond_noise']}|{r['better_beyond_noise']}",
                 r["tasks_split"],
-                f"{r['tables_split_per_task']:.2f}",
-                f"{r['vs_strongest_none']:.3f}",
-                f"{r['vs_strongest_auto']:.3f}",
-                f"{r['vs_bound_none']:.3f}",
-                f"{r['vs_bound_auto']:.3f}",
+                ratio(r["tables_split_per_task"], 2),
+                ratio(r["vs_strongest_none"]) + placed_note(r, "tasks_placed_none"),
+                ratio(r["vs_strongest_auto"]),
+                ratio(r["vs_bound_none"]) + placed_note(r, "tasks_placed_none"),
+                ratio(r["vs_bound_auto"]),
             ]
             for p, r in suite["planners"].items()
         ]
@@ -740,7 +863,40 @@ def render_suites(results: dict) -> str:
             format_table(header, rows),
             "```",
         ]
+        if suite["vs_torchrec"]:
+            out.append(render_torchrec(suite["vs_torchrec"]))
     return "\n".join(out)
+
+
+def ratio(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def placed_note(row: dict, placed: str = "tasks_placed") -> str:
+    """` [k/n]` after a figure over the k of n tasks a planner placed (its `auto` plans, or
+    with `placed="tasks_placed_none"` its `none` plans); nothing when it placed them all."""
+    k, n = row.get(placed, row.get("tasks")), row.get("tasks")
+    return "" if k == n else f" [{k}/{n}]"
+
+
+def render_torchrec(pairs: dict) -> str:
+    """Ours against TorchRec's planner, one line per pair."""
+    return "\n".join(f"- {torchrec_line(name, r)}" for name, r in pairs.items())
+
+
+def torchrec_line(name: str, r: dict) -> str:
+    """`ours` vs `theirs`: the paired ratio, its range over tasks, [k/n] tasks TorchRec placed."""
+    ours, theirs = name.split(" / ")
+    per_task = " ".join("declined" if x is None else f"{x:.2f}" for x in r["per_task"])
+    figure = (
+        f"{r['ratio']:.3f} ({r['min']:.3f}-{r['max']:.3f} over tasks)"
+        if r["ratio"] is not None
+        else "no task placed"
+    )
+    return (
+        f"`{ours}` vs `{theirs}`: {figure} [{r['tasks_placed']}/{r['tasks']} tasks TorchRec "
+        f"placed; per task: {per_task}]"
+    )
 
 
 def render_tasks(results: dict) -> str:
@@ -808,13 +964,22 @@ def render_targets(found: dict) -> str:
                 f"{'met' if item['met_bound_3pct'] else 'not met'}."
             )
     every = ", ".join(
-        f"{k} {v:.3f}" + (" (met)" if found["met_0.95"][k] else "")
+        f"{k} {ratio(v)}" + (" (met)" if found["met_0.95"][k] else "")
         for k, v in found["vs_strongest_tablewise_heuristic"].items()
     )
     lines.append(
         f"- Over all suites vs the strongest table-wise heuristic of each suite "
         f"(target <= 0.95): {every}."
     )
+    name = " / ".join(TORCHREC_PAIRS[0])
+    target = found.get("vs_torchrec", {}).get(name)
+    if target is not None:
+        met = target["ratio"] is not None and target["ratio"] <= TARGET_TORCHREC
+        lines.append(
+            f"- Over all suites vs TorchRec's planner with column-/row-wise sharding allowed, on "
+            f"the same memory (target <= {TARGET_TORCHREC}): {torchrec_line(name, target)}; "
+            f"{'met' if met else 'not met'}."
+        )
     worse = ", ".join(f"{k} {v}" for k, v in found["worse_than_none_beyond_noise"].items())
     lines.append(
         f"- Tasks where `--split auto` is worse than `--split none` beyond the noise "
@@ -852,7 +1017,13 @@ DEFINITIONS = """## How the figures are made
   column halvings as they come (`placement.splitting.balance_splits`, the heuristics'
   `--split auto` before the check); `+row rule`, the same tables and parts cut into row ranges;
   `+checked, rows too`, the check choosing among the memory splits, the column halvings and
-  the row halvings."""
+  the row halvings.
+- `torchrec` / `torchrec +split`: TorchRec's planner (`planners.torchrec_planner`) on the task's
+  memory cap with no storage reservation, table-wise / allowed column- and row-wise as it
+  chooses; both are planners here (they count in the best table-wise and best split plans). A
+  task it declines is not measured: its figures are over the tasks it placed, `[k/n]`. Ours
+  vs TorchRec's: cost / TorchRec's cost paired within each round, geometric mean over the
+  rounds per task, then over the tasks TorchRec placed."""
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+"""benchmarks/split_tables.py at toy scale on the simulated backend: TorchRec's planner as rows
+beside ours, its declines counted instead of failing the run, and `dreamshard +split` against
+`torchrec +split` as a ratio paired within rounds."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_learning import small_config
+
+from dreamshard.errors import DreamshardError
+from dreamshard.learn.model_file import save_model
+from dreamshard.learn.train import train
+from dreamshard.placement.suites import make_suite, parse_suite_name
+
+pytest.importorskip("torchrec")
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "split_tables.py"
+SUITE = "cpu-12x2"
+TARGET = "dreamshard +split / torchrec +split"
+
+
+def load_script():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("split_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    config = small_config(path.parent, iterations=1, costnet_steps=20, policy_updates=2)
+    save_model(train(config, log=lambda *_: None), path)  # structure, not quality
+    return path
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(tmp_path, monkeypatch, model_path):
+    monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
+    script = load_script()
+    real, asked = script.torchrec_place, []
+
+    def declines(task, seed=0, reserve=True, split="none"):
+        """The second task, and the first one table-wise (as on dlrm tasks: TorchRec counts
+        inputs and outputs beside the weights, and may fit them only split)."""
+        asked.append((reserve, split))
+        if task.name.endswith("/1") or split == "none":
+            raise DreamshardError("torchrec's planner rejects this task (test)")
+        return real(task, seed, reserve=reserve, split=split)
+
+    monkeypatch.setattr(script, "torchrec_place", declines)
+    out = tmp_path / "split_tables"
+    args = ["--backend", "simulated", "--labels", "raw", "--suites", SUITE, "--tasks", "2"]
+    args += ["--rounds", "2", "--planners", "lookup,dreamshard,torchrec"]
+    results = script.main([*args, "--model", str(model_path), "--out", str(out)])
+
+    assert set(asked) == {(False, "none"), (False, "auto")}  # our memory, no reservation
+    tasks = make_suite(parse_suite_name(SUITE, 1, 2)).test_tasks
+    placed, declined = results["tasks"]
+    for name in ("torchrec", "torchrec +split"):
+        assert "rejects this task (test)" in declined["planners"][name]["declined"]
+    assert "declined" in placed["planners"]["torchrec"]
+    assert len(placed["planners"]["torchrec +split"]["costs_ms"]) == 2
+    assert placed["planners"]["torchrec +split"]["vs_none"] is None  # no table-wise plan
+    assert [t["task"] for t in results["tasks"]] == [t.name for t in tasks]
+
+    suite = results["suites"][SUITE]
+    pair = suite["vs_torchrec"][TARGET]
+    assert (pair["tasks_placed"], pair["tasks"]) == (1, 2)
+    assert pair["per_task"][1] is None
+    ours = np.array(placed["planners"]["dreamshard +split"]["costs_ms"])
+    theirs = np.array(placed["planners"]["torchrec +split"]["costs_ms"])
+    assert pair["ratio"] == pytest.approx(np.exp(np.mean(np.log(ours / theirs))))
+    assert results["targets"]["vs_torchrec"][TARGET]["tasks_placed"] == 1
+    assert suite["vs_torchrec"]["dreamshard / torchrec"]["tasks_placed"] == 0
+    assert suite["vs_torchrec"]["dreamshard / torchrec"]["ratio"] is None
+    row = suite["planners"]["torchrec +split"]
+    assert (row["tasks_placed"], row["tasks_placed_none"], row["tasks"]) == (1, 0, 2)
+    assert row["auto_vs_none_tasks"] == [] and row["vs_strongest_auto"] > 0
+    assert suite["planners"]["lookup +split"]["tasks_placed"] == 2  # the existing rows stay
+
+    report = out.with_suffix(".md").read_text()
+    assert "torchrec +split [1/2]" in report
+    assert f"`dreamshard +split` vs `torchrec +split`: {pair['ratio']:.3f}" in report
+    assert "[1/2 tasks TorchRec placed; per task: " in report
+    assert "`dreamshard` vs `torchrec`: no task placed [0/2 tasks TorchRec placed" in report
+    assert json.loads(out.with_suffix(".json").read_text())["suites"][SUITE]["vs_torchrec"]
