@@ -1,0 +1,142 @@
+"""benchmarks/costnet_accuracy.py: a model file judged against the median of interleaved rounds,
+with the noise floor of one round beside it, and a dataset without such rounds refused."""
+
+import importlib.util
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.types import PlacementCost
+from dreamshard.learn.costnet_data import load_examples
+from dreamshard.learn.costnet_fit import fit_costnet
+from dreamshard.learn.model_file import DreamShardModel, save_model
+from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.learn.train import fresh_state
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, random_place
+from dreamshard.placement.suites import make_suite, parse_suite_name
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "costnet_accuracy.py"
+SUITE = "cpu-12x3"
+ROUNDS = range(1000, 1005)  # compare_planners' interleaved rounds
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("costnet_accuracy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_file(path: Path, costnet) -> Path:
+    save_model(DreamShardModel(costnet, PlacementPolicy(lookahead=True)), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(fitted, untrained) model files: one cost network fitted on exact costs of the suite's
+    training tasks, and a fresh one of the same design."""
+    folder = tmp_path_factory.mktemp("models")
+    suite = make_suite(parse_suite_name(SUITE, num_train_tasks=10, num_test_tasks=2))
+    dataset = CostDataset(folder / "train.sqlite")
+    backend = SimulatedBackend()
+    collect(list(collection_jobs(suite, 80)), backend, dataset, SUITE)
+    config = TrainConfig(backend="simulated", iterations=1, costnet_steps=300)
+    torch.manual_seed(0)
+    state = fresh_state(config)
+    fit_costnet(state, config, load_examples(dataset, backend.config()))
+    fresh = fresh_state(config).costnet
+    fresh.scale.fill_(float(state.costnet.scale))
+    return model_file(folder / "fitted.pt", state.costnet), model_file(folder / "fresh.pt", fresh)
+
+
+def interleaved_dataset(path: Path, noise: float) -> Path:
+    """The heuristics' and two random placements of the suite's 2 test tasks, each stored in 5
+    interleaved rounds: exact simulated costs times a per-round factor 1 + noise * N(0, 1)."""
+    backend, rng = SimulatedBackend(), np.random.default_rng(0)
+    dataset = CostDataset(path)
+    for task in make_suite(parse_suite_name(SUITE, 1, 2)).test_tasks:
+        placements = [greedy_place(task, key) for key in HEURISTIC_KEYS]
+        placements += [random_place(task, seed) for seed in (1, 2)]
+        for round_ in ROUNDS:
+            for placement in placements:
+                exact = backend.measure(task, placement)
+                factor = 1 + noise * rng.standard_normal()
+                cost = PlacementCost(
+                    tuple(
+                        replace(d, fwd_comp=d.fwd_comp * factor, bwd_comp=d.bwd_comp * factor)
+                        for d in exact.devices
+                    ),
+                    exact.backend,
+                    exact.comm,
+                )
+                key = measurement_key(task, placement, backend.config(), round_)
+                dataset.append(key, task, placement, cost, backend.config(), SUITE, round_)
+    dataset.close()
+    return path
+
+
+def figures(report: str, over: str, predictor: str) -> list[str]:
+    line = re.search(rf"^{re.escape(over)} +{re.escape(predictor)} .*$", report, re.MULTILINE)
+    assert line, (over, predictor)
+    return line.group(0).split()[-5:]  # fwd, comm, bwd, overall MAPE; Spearman
+
+
+def test_exact_rounds_have_no_noise_and_a_fitted_network_beats_a_fresh_one(
+    tmp_path, models, one_torch_thread
+):
+    fitted, fresh = models
+    dataset = interleaved_dataset(tmp_path / "rounds.sqlite", noise=0.0)
+    out = tmp_path / "accuracy.md"
+    report = load_script().main(
+        [
+            "--model",
+            str(fitted),
+            "--model",
+            str(fresh),
+            "--dataset",
+            str(dataset),
+            "--out",
+            str(out),
+        ]
+    )
+    assert out.read_text() == report
+    floor = figures(report, "all tasks", "one round (noise floor)")
+    assert floor == ["0.0%", "0.0%", "0.0%", "0.0%", "1.000"]  # every round is the median
+    fitted_mape = float(figures(report, "all tasks", "fitted")[0].rstrip("%"))
+    fresh_mape = float(figures(report, "all tasks", "fresh")[0].rstrip("%"))
+    assert fitted_mape < 0.5 * fresh_mape
+    assert re.search(r"\(1[0-2] placements of 2 held-out tasks", report)  # distinct ones
+    assert re.search(r"`fitted`: per-device compute MAPE [\d.]+% .*(met|not met)", report)
+
+
+def test_noisy_rounds_raise_the_floor(tmp_path, models, one_torch_thread):
+    dataset = interleaved_dataset(tmp_path / "rounds.sqlite", noise=0.05)
+    report = load_script().main(["--model", str(models[0]), "--dataset", str(dataset)])
+    fwd_floor = float(figures(report, "all tasks", "one round (noise floor)")[0].rstrip("%"))
+    assert 1.0 < fwd_floor < 10.0  # 5% noise per round, measured against the median of 5
+
+
+def test_a_dataset_without_interleaved_rounds_is_refused_in_one_line(tmp_path, models):
+    dataset = CostDataset(tmp_path / "once.sqlite")
+    suite = make_suite(parse_suite_name(SUITE, num_train_tasks=2, num_test_tasks=1))
+    collect(list(collection_jobs(suite, 4)), SimulatedBackend(), dataset, SUITE)
+    dataset.close()
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(models[0]), "--dataset", dataset.path],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert "no placement measured in 5 interleaved rounds" in result.stderr
