@@ -55,6 +55,13 @@ def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -
 PLACE_SEARCH_ROUNDS = 64
 PLACE_SEARCH_SCORED = 150_000
 
+# The planner leaves the best heuristic's placement only for one the cost network predicts at
+# least this much cheaper. Where one table sets the step time (the paper's scale, 64 and 128
+# devices) every candidate is within a percent or two of the heuristics, inside the network's
+# own error on unseen tables, and picking the predicted best made the plan dearer than the
+# heuristic on 4-6 tasks of 8 (docs/learning.md, "The margin rule").
+HEURISTIC_MARGIN = 0.02
+
 
 @contextmanager
 def one_thread() -> Iterator[None]:
@@ -134,7 +141,20 @@ def ranked_candidates(
             )
             scores += predicted_overall(model, task, candidates[-1:])
     order = sorted(range(len(candidates)), key=scores.__getitem__)  # stable: ties keep order
+    if samples > 0:
+        order = heuristic_first_unless_beaten(order, candidates, scores)
     return [(candidates[i], scores[i]) for i in order]
+
+
+def heuristic_first_unless_beaten(order: list[int], candidates, scores) -> list[int]:
+    """`order` (cheapest predicted first) with the best heuristic's placement moved to the front
+    unless the first is predicted at least `HEURISTIC_MARGIN` cheaper than it."""
+    heuristic = [i for i in order if candidates[i].method in HEURISTIC_KEYS]
+    if not heuristic or order[0] == heuristic[0]:
+        return order
+    if scores[order[0]] < (1 - HEURISTIC_MARGIN) * scores[heuristic[0]]:
+        return order
+    return [heuristic[0]] + [i for i in order if i != heuristic[0]]
 
 
 @torch.no_grad()
