@@ -46,18 +46,21 @@ import time
 from pathlib import Path
 
 import numpy as np
+from dmp_calibration import calibrate, measure_kernels
 from planners_report import torchrec_version
 from scipy.stats import spearmanr
 
 from dreamshard.costs.backends import describe_costs, make_backend
+from dreamshard.costs.comm import get_topology
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp import DmpBackend, StepConfig
+from dreamshard.costs.dmp_proxy import LABEL as DMP_PROXY
+from dreamshard.costs.dmp_proxy import step_terms
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.rounds import (
     bootstrap_interval,
     cv,
     geometric_mean,
-    measure_interleaved,
     paired_ratios,
 )
 from dreamshard.files import write_json_atomic, write_text_atomic
@@ -77,10 +80,20 @@ from dreamshard.planners.torchrec_planner import (
 )
 from dreamshard.report import format_bytes, markdown_table
 from dreamshard.state import state_dir
+from dreamshard.tables.traces import table_batch_size
 
 RESULTS = Path(__file__).parent / "results" / "torchrec_e2e.md"
 PROFILE_PROGRAM = str(Path(__file__).parent / "dmp_step_profile.py")
-PROFILED = ("lookup", "random", "dreamshard_split", "torchrec_cw", "torchrec_split")
+PROFILED = (
+    "lookup",
+    "dreamshard",
+    "torchrec_tw",
+    "random",
+    "dreamshard_split",
+    "torchrec_cw",
+    "torchrec_split",
+)
+BOUNDED = ("torchrec_tw", "torchrec_cw")  # TorchRec's plans whose balanced-kernel bound we give
 MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 HEURISTICS = ("dim", "size", "lookup", "size_lookup", "random")
 PLANS = (
@@ -96,6 +109,9 @@ REFERENCES = ("lookup", "torchrec_tw", "torchrec_cw")  # paired ratios to each
 # dreamshard against TorchRec's planner on the same memory and the same sharding types
 TARGETS = (("dreamshard", "torchrec_tw"), ("dreamshard_split", "torchrec_cw"))
 CLOCKS = ("wall", "cpu")  # the step's wall clock; the slowest rank's CPU time in it
+# the proxies whose ranking is compared with DMP's: the fbgemm proxy as every other figure
+# uses it, and the same kernels with the DMP step's other parts modeled (costs/dmp_proxy.py)
+PROXIES = {"proxy": "fbgemm proxy", "proxy_dmp": DMP_PROXY}
 CHAMPION_URI = "models:/dreamshard-policy@champion"
 
 
@@ -229,7 +245,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved DMP rounds")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per plan and round")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
-    parser.add_argument("--proxy-rounds", type=int, default=3, help="fbgemm proxy rounds")
+    parser.add_argument("--proxy-rounds", type=int, default=4, help="fbgemm proxy rounds")
+    parser.add_argument(
+        "--calibration-tasks",
+        type=int,
+        default=2,
+        help="training tasks whose designed plans fit the modeled DMP terms' constants",
+    )
+    parser.add_argument(
+        "--calibration-rounds", type=int, default=5, help="DMP rounds of the calibration"
+    )
     parser.add_argument("--model", help="model file or models:/ URI (default: see above)")
     parser.add_argument(
         "--train-backend",
@@ -253,19 +278,45 @@ def main(argv: list[str] | None = None) -> str:
     trained_s = time.monotonic() - began
 
     tasks = make_suite(parse_suite_name(args.suite, 1, args.tasks)).test_tasks
+    # training tasks (never held out) for the calibration; the suite's draw of its held-out
+    # tasks depends on how many training tasks it draws, so the held-out ones above are the
+    # same as in the runs before the calibration
+    calibration_tasks = make_suite(parse_suite_name(args.suite, args.calibration_tasks, 1))
     backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
     device = backend.device_kind()
     placed = [place_task(task, model, device) for task in tasks]
+    proxy = make_backend("fbgemm")
+    topology = get_topology("cpu-gloo" if device == "cpu" else "nvlink")
+
+    # the modeled DMP terms' constants, fitted on designed plans of training tasks
+    calibration_began = time.monotonic()
+    step_models, calibration = calibrate(
+        list(calibration_tasks.train_tasks),
+        DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps)),
+        proxy,
+        topology,
+        args.calibration_rounds,
+        args.proxy_rounds,
+        log=lambda line: print(line, flush=True),
+    )
+    calibration_s = time.monotonic() - calibration_began
+    loads.append(os.getloadavg()[0])
 
     # the proxy: every distinct placement of every task, one interleaved run
-    proxy = make_backend("fbgemm")
     items, where = [], []  # where[t][name]: the proxy's item of task t's placement `name`
     for task, plans in zip(tasks, placed):
         unique, index = distinct({n: p for n, p in plans.items() if isinstance(p, Placement)})
         where.append({name: len(items) + i for name, i in index.items()})
         items.extend((task, p) for p in unique)
     proxy_began = time.monotonic()
-    proxy_costs = measure_interleaved(proxy, items, args.proxy_rounds, seed=1)
+    proxy_costs, kernels = measure_kernels(proxy, items, args.proxy_rounds, seed=1)
+    batch = table_batch_size(tasks[0].tables, backend.batch_size)
+    estimates = {  # the second proxy: [items] per clock, ms
+        clock: np.array(
+            [m.estimate(k, step_terms(t, p, batch, topology)) for (t, p), k in zip(items, kernels)]
+        )
+        for clock, m in step_models.items()
+    }
     proxy_s = time.monotonic() - proxy_began
     loads.append(os.getloadavg()[0])
 
@@ -276,9 +327,14 @@ def main(argv: list[str] | None = None) -> str:
         print(f"{task.name}: {len(unique)} distinct plans under DMP", flush=True)
         run = backend.measure_plans(task, unique, args.rounds)
         loads.append(os.getloadavg()[0])
-        per_task.append(task_record(task, plans, run, index, proxy_costs, where[t]))
+        record = task_record(task, plans, run, index, proxy_costs, where[t], estimates)
+        per_task.append(record)
     dmp_s = time.monotonic() - dmp_began
-    profiled = step_profile(backend, tasks[0], placed[0]) if args.profile else {}
+    profiled = (
+        [step_profile(backend, task, plans) for task, plans in zip(tasks, placed)]
+        if args.profile
+        else []
+    )
     result = {
         "args": vars(args),
         "model": model_note,
@@ -289,12 +345,16 @@ def main(argv: list[str] | None = None) -> str:
         "loads": loads,
         "seconds": {
             "model": trained_s,
+            "calibration": calibration_s,
             "proxy": proxy_s,
             "dmp": dmp_s,
             "all": time.monotonic() - began,
         },
         "tasks": per_task,
+        "calibration": calibration,
+        "topology": topology.name,
         "profile": profiled,
+        "bounds": balanced_bounds(per_task, profiled),
         "summary": {clock: summarize(per_task, clock) for clock in CLOCKS},
     }
     report = render(result, argv)
@@ -329,12 +389,15 @@ def profile_table(profiled: dict) -> str:
     return markdown_table(header, rows)
 
 
-def task_record(task, plans, run, index, proxy_costs, where) -> dict:
-    """One task's figures: DMP by both clocks, the proxy, what TorchRec chose, the losses."""
+def task_record(task, plans, run, index, proxy_costs, where, estimates) -> dict:
+    """One task's figures: DMP by both clocks, both proxies, what TorchRec chose, the losses."""
     names = list(plans)
     ours = [n for n in names if isinstance(plans[n], Placement)]
     firsts = [n for n in ours if n == next(m for m in ours if where[m] == where[n])]
     proxy_ms = {n: float(geometric_mean(proxy_costs[:, where[n]])) for n in ours}
+    modeled = {  # the second proxy, by the constants fitted for each clock
+        clock: {n: float(ms[where[n]]) for n in ours} for clock, ms in estimates.items()
+    }
     record = {
         "task": task.name,
         "tables": len(task.tables),
@@ -351,13 +414,28 @@ def task_record(task, plans, run, index, proxy_costs, where) -> dict:
     for clock in CLOCKS:
         costs = run.overall(clock)[:, [index[n] for n in names]]  # [rounds, PLANS]
         dmp_ms = {n: float(geometric_mean(costs[:, j])) for j, n in enumerate(names)}
+        dmp_proxy_ms = modeled.get(clock, modeled["wall"])
         record[clock] = {
             "costs": costs.tolist(),
             "figures": task_figures(costs, names),
             "dmp_ms": dmp_ms,
-            "spearman": spearman([proxy_ms[n] for n in firsts], [dmp_ms[n] for n in firsts]),
+            "proxy_dmp_ms": dmp_proxy_ms,
+            "proxy_dmp_vs_lookup": {n: dmp_proxy_ms[n] / dmp_proxy_ms["lookup"] for n in ours},
+            "spearman": {
+                "proxy": spearman([proxy_ms[n] for n in firsts], [dmp_ms[n] for n in firsts]),
+                "proxy_dmp": spearman(
+                    [dmp_proxy_ms[n] for n in firsts], [dmp_ms[n] for n in firsts]
+                ),
+            },
         }
     return record
+
+
+def proxy_ratio(task: dict, clock: str, proxy: str, name: str) -> float:
+    """A plan's cost over its task's lookup by one of `PROXIES`."""
+    if proxy == "proxy":
+        return task["proxy_vs_lookup"][name]
+    return task[clock]["proxy_dmp_vs_lookup"][name]
 
 
 def summarize(per_task: list[dict], clock: str) -> dict:
@@ -374,23 +452,26 @@ def summarize(per_task: list[dict], clock: str) -> dict:
             row[f"vs_{ref}_cv"] = float(np.median([f[f"vs_{ref}_cv"][j] for f in figures]))
         row["cost_cv"] = float(np.median([f["cost_cv"][j] for f in figures]))
         if name != "torchrec_default":
-            proxy_ratios = [t["proxy_vs_lookup"][name] for t in per_task]
-            row["proxy_vs_lookup"] = float(geometric_mean(np.array(proxy_ratios)))
+            for proxy in PROXIES:
+                ratios = [proxy_ratio(t, clock, proxy, name) for t in per_task]
+                row[f"{proxy}_vs_lookup"] = float(geometric_mean(np.array(ratios)))
         rows[name] = row
-    # pooled: every task's distinct placements, each cost over the task's lookup cost
-    proxy, dmp = [], []
-    for t in per_task:
-        for name in t["distinct_placements"]:
-            proxy.append(t["proxy_vs_lookup"][name])
-            dmp.append(t[clock]["dmp_ms"][name] / t[clock]["dmp_ms"]["lookup"])
-    per_task_rho = [t[clock]["spearman"] for t in per_task]
-    valid = [r for r in per_task_rho if not np.isnan(r)]
-    return {
-        "rows": rows,
-        "spearman_pooled": spearman(proxy, dmp),
-        "spearman_per_task_mean": float(np.mean(valid)) if valid else float("nan"),
-        "spearman_per_task": per_task_rho,
-    }
+    agreement = {}
+    for proxy in PROXIES:
+        # pooled: every task's distinct placements, each cost over the task's lookup cost
+        by_proxy, dmp = [], []
+        for t in per_task:
+            for name in t["distinct_placements"]:
+                by_proxy.append(proxy_ratio(t, clock, proxy, name))
+                dmp.append(t[clock]["dmp_ms"][name] / t[clock]["dmp_ms"]["lookup"])
+        per_task_rho = [t[clock]["spearman"][proxy] for t in per_task]
+        valid = [r for r in per_task_rho if not np.isnan(r)]
+        agreement[proxy] = {
+            "spearman_pooled": spearman(by_proxy, dmp),
+            "spearman_per_task_mean": float(np.mean(valid)) if valid else float("nan"),
+            "spearman_per_task": per_task_rho,
+        }
+    return {"rows": rows, "agreement": agreement}
 
 
 def plan_table(summary: dict) -> str:
@@ -404,6 +485,7 @@ def plan_table(summary: dict) -> str:
         "paired-ratio spread over rounds",
         "step spread over rounds",
         "fbgemm proxy vs lookup",
+        f"{DMP_PROXY} vs lookup",
     ]
     rows = [
         [
@@ -415,7 +497,7 @@ def plan_table(summary: dict) -> str:
             f"{r['vs_torchrec_tw_interval'][0]:.3f}-{r['vs_torchrec_tw_interval'][1]:.3f}",
             f"{r['vs_lookup_cv']:.1%}",
             f"{r['cost_cv']:.1%}",
-            f"{r['proxy_vs_lookup']:.3f}" if "proxy_vs_lookup" in r else "n/a",
+            *[f"{r[f'{p}_vs_lookup']:.3f}" if f"{p}_vs_lookup" in r else "n/a" for p in PROXIES],
         ]
         for name, r in sorted(summary["rows"].items(), key=lambda kv: kv[1]["vs_lookup"])
     ]
@@ -423,23 +505,130 @@ def plan_table(summary: dict) -> str:
 
 
 def agreement(summary: dict) -> str:
-    """The Spearman figures and the plans on which proxy and DMP disagree most."""
+    """Each proxy's Spearman figures and the plans on which it and DMP disagree most."""
     rows = summary["rows"]
-    gaps = sorted(
-        (abs(np.log(r["proxy_vs_lookup"] / r["vs_lookup"])), name)
-        for name, r in rows.items()
-        if "proxy_vs_lookup" in r
-    )[::-1][:3]
-    apart = "; ".join(
-        f"{name} (proxy {rows[name]['proxy_vs_lookup']:.2f}, DMP {rows[name]['vs_lookup']:.2f})"
-        for _, name in gaps
-    )
-    per_task = ", ".join(f"{r:.2f}" for r in summary["spearman_per_task"])
+    lines = []
+    for proxy, label in PROXIES.items():
+        found = summary["agreement"][proxy]
+        key = f"{proxy}_vs_lookup"
+        gaps = sorted(
+            (abs(np.log(r[key] / r["vs_lookup"])), name) for name, r in rows.items() if key in r
+        )[::-1][:3]
+        apart = "; ".join(
+            f"{name} ({rows[name][key]:.2f}, DMP {rows[name]['vs_lookup']:.2f})" for _, name in gaps
+        )
+        per_task = ", ".join(f"{r:.2f}" for r in found["spearman_per_task"])
+        lines.append(
+            f"- {label}: Spearman with DMP pooled over tasks (each cost over its task's lookup) "
+            f"**{found['spearman_pooled']:.2f}**; per task {per_task} (mean "
+            f"{found['spearman_per_task_mean']:.2f}). Furthest apart, as ratios to lookup: "
+            f"{apart}."
+        )
+    return "\n".join(lines)
+
+
+def balanced_bounds(per_task: list[dict], profiled: list[dict]) -> dict:
+    """For TorchRec's plans (`BOUNDED`), per task and clock: the step less its embedding
+    kernels' imbalance (the slowest rank's profiled kernel time over the ranks' mean), over the
+    step. No plan of the same kind does better while the kernels' total stays what it is: the
+    best is the one whose ranks' kernels are perfectly balanced (the rest of the step held)."""
+    out: dict = {name: {clock: [] for clock in CLOCKS} for name in BOUNDED}
+    for task, prof in zip(per_task, profiled):
+        for name in BOUNDED:
+            if name not in prof["plans"]:
+                continue
+            kernels = np.array(
+                [r["parts_ms"].get("embedding kernels", 0.0) for r in prof["plans"][name]]
+            )
+            excess = float(kernels.max() - kernels.mean())
+            for clock in CLOCKS:
+                step = task[clock]["dmp_ms"][name]
+                ours = "dreamshard" if name == "torchrec_tw" else "dreamshard_split"
+                out[name][clock].append(
+                    {
+                        "task": task["task"],
+                        "kernels_ms": kernels.tolist(),
+                        "step_ms": step,
+                        "bound": (step - excess) / step,
+                        "ours": task[clock]["dmp_ms"][ours] / step,
+                    }
+                )
+    for name in BOUNDED:
+        for clock in CLOCKS:
+            found = out[name][clock]
+            if found:
+                out[name][f"{clock}_bound"] = float(
+                    geometric_mean(np.array([f["bound"] for f in found]))
+                )
+    return out
+
+
+def bounds_table(bounds: dict) -> str:
+    header = [
+        "TorchRec plan",
+        "task",
+        "kernels per rank ms (profiled)",
+        "DMP step ms (wall)",
+        "balanced bound / its step (wall)",
+        "(CPU time)",
+        "dreamshard(_split) / it (wall)",
+        "(CPU time)",
+    ]
+    rows = []
+    for name in BOUNDED:
+        for wall, cpu in zip(bounds[name]["wall"], bounds[name]["cpu"]):
+            rows.append(
+                [
+                    name,
+                    wall["task"],
+                    " / ".join(f"{k:.1f}" for k in wall["kernels_ms"]),
+                    f"{wall['step_ms']:.2f}",
+                    f"{wall['bound']:.3f}",
+                    f"{cpu['bound']:.3f}",
+                    f"{wall['ours']:.3f}",
+                    f"{cpu['ours']:.3f}",
+                ]
+            )
+    return markdown_table(header, rows)
+
+
+def calibration_text(calibration: dict) -> str:
+    fitted, fit = calibration["fitted"], calibration["fit"]
+    parts = []
+    for clock, constants in fitted.items():
+        parts.append(
+            f"by the {'wall clock' if clock == 'wall' else 'CPU time'}: kernel scale "
+            f"{constants['kernel_scale']:.2f}, per step {constants['base_ms']:.2f} ms, per "
+            f"sharding group beyond the first {constants['group_ms']:.2f} ms, per column shard "
+            f"beyond a table's first {constants['column_shard_ms']:.3f} ms, per bucketized "
+            f"row-wise id {constants['row_id_us']:.4f} us (fit over "
+            f"{fit[clock]['samples']} plans: RMSE {fit[clock]['rmse_ms']:.2f} ms, R2 "
+            f"{fit[clock]['r2']:.2f})"
+        )
+    header = ["task", "plan", "kernels per rank ms (proxy)", "modeled comm ms", "DMP wall ms"]
+    header.append("estimate (wall fit) ms")
+    rows = [
+        [
+            r["task"],
+            r["plan"],
+            " / ".join(f"{k:.1f}" for k in r["kernels_ms"]),
+            f"{max(a + b + c for a, b, c in zip(*[r['terms'][k] for k in TERM_KEYS])):.2f}",
+            f"{r['dmp_wall_ms']:.2f}",
+            f"{r['model_wall_ms']:.2f}",
+        ]
+        for r in calibration["plans"]
+    ]
     return (
-        f"Spearman of the proxy's costs with these: pooled over tasks (each cost over its task's "
-        f"lookup) **{summary['spearman_pooled']:.2f}**; per task {per_task} (mean "
-        f"{summary['spearman_per_task_mean']:.2f}). Furthest apart, as ratios to lookup: {apart}."
+        f"Fitted on designed plans of the training tasks {', '.join(calibration['tasks'])} "
+        f"({calibration['rounds']} interleaved DMP rounds, {calibration['proxy_rounds']} proxy "
+        f"rounds; `benchmarks/dmp_calibration.py`), never on the held-out tasks below: "
+        + "; ".join(parts)
+        + ".\n\n"
+        + markdown_table(header, rows)
     )
+
+
+TERM_KEYS = ("ids_ms", "pooled_ms", "row_ms")
 
 
 def render(result: dict, argv: list[str] | None) -> str:
@@ -460,10 +649,11 @@ def render(result: dict, argv: list[str] | None) -> str:
         f"# Plans in real TorchRec training steps ({time.strftime('%Y-%m-%d')})",
         f"Host: {result['hardware']}, 2 cores shared with other engineers' work (1-minute load "
         f"average {', '.join(f'{x:.1f}' for x in result['loads'])} at the start, after the "
-        f"proxy and after each task); {result['versions']}. Command: "
+        f"calibration, after the proxy and after each task); {result['versions']}. Command: "
         f"`benchmarks/torchrec_e2e.py {' '.join(argv or [])}`; "
-        f"{seconds['all'] / 60:.1f} min in all (model {seconds['model'] / 60:.1f}, proxy "
-        f"{seconds['proxy'] / 60:.1f}, DMP {seconds['dmp'] / 60:.1f}).",
+        f"{seconds['all'] / 60:.1f} min in all (model {seconds['model'] / 60:.1f}, "
+        f"calibration {seconds['calibration'] / 60:.1f}, proxy {seconds['proxy'] / 60:.1f}, "
+        f"DMP {seconds['dmp'] / 60:.1f}, profiles the rest).",
         f"Tasks: {len(tasks)} held-out {args['suite']} tasks ({tasks[0]['tables']} tables on "
         f"2 devices; caps per device {caps}; fp32; global batch {tasks[0]['batch']}, "
         f"{tasks[0]['batch'] // 2} per rank). Model: {result['model']}.",
@@ -482,9 +672,18 @@ def render(result: dict, argv: list[str] | None) -> str:
         f"(sharding types: {', '.join(kinds['torchrec_default'])}), memory not capped by ours. "
         f"Proxy: {result['proxy']}, "
         f"{args['proxy_rounds']} interleaved rounds over all tasks' placements "
-        "(`torchrec_default` is not a placement of ours: no proxy figure).",
+        "(`torchrec_default` is not a placement of ours: no proxy figure). "
+        f"The second proxy, **{DMP_PROXY}** (`dreamshard/costs/dmp_proxy.py`): the same "
+        "measured kernels per rank (scaled), plus, **modeled** on the "
+        f"{result['topology']} topology, the input all-to-all of ids (a column-split table's "
+        "ids to every shard's rank), the pooled all-to-all per sharding group and the row-wise "
+        "reduce-scatter, plus **fitted** per-step work: a constant, each sharding group beyond "
+        "the first, each column shard beyond a table's first (its feature, the join of its "
+        "pooled pieces), each bucketized row-wise id; constants below.",
         f"Against TorchRec's planner on the same memory and sharding types (target at most "
         f"0.95): {targets}.",
+        "## The modeled DMP terms' constants (calibration)",
+        calibration_text(result["calibration"]),
         "## The step by the wall clock (as trained)",
         plan_table(summary["wall"]),
         agreement(summary["wall"]),
@@ -497,15 +696,33 @@ def render(result: dict, argv: list[str] | None) -> str:
     ]
     if result["profile"]:
         lines += [
-            f"## Where a step's time goes ({result['profile']['task']})",
+            "## Could any plan be 0.95x TorchRec's? The balanced-kernel bound",
+            "A plan moves embedding kernels between ranks; the rest of the step (dense tower, "
+            "loss, TorchRec's work, most of the communication) stays. So no plan of the same "
+            "kind beats TorchRec's plan by more than its kernels' imbalance: its step less "
+            "(slowest rank's kernel time - the ranks' mean), the step of perfectly balanced "
+            "kernels with the same total. Kernel times per rank from the profile below (self "
+            "CPU time of fbgemm's fused forward and backward), steps from the runs above. "
+            "Geometric means over tasks: "
+            + "; ".join(
+                f"{name} {result['bounds'][name].get('wall_bound', float('nan')):.3f} (wall), "
+                f"{result['bounds'][name].get('cpu_bound', float('nan')):.3f} (CPU time)"
+                for name in BOUNDED
+            )
+            + ".",
+            bounds_table(result["bounds"]),
+        ]
+        lines += [
+            "## Where a step's time goes",
             "Self CPU time per step of each rank's operators under the PyTorch profiler, by "
             "category (`benchmarks/dmp_step_profile.py`: embedding kernels = fbgemm's fused "
             "forward and backward with the optimizer, what the proxy times; collectives = "
             "TorchRec's all-to-alls of ids and pooled embeddings, the data-parallel all-reduce "
             "and their waits; other = TorchRec's and Python's own work per step). The profiler "
             "slows the step; the shares are what counts.",
-            profile_table(result["profile"]),
         ]
+        for profiled in result["profile"]:
+            lines += [f"### {profiled['task']}", profile_table(profiled)]
     return "\n\n".join(lines) + "\n"
 
 
