@@ -4,7 +4,7 @@
 `fbgemm` (real fused kernels; runs `gpu_tasks/`), `host_lock` (one measurement at a time per
 host), `simulated` and `calibrate` (the analytic backend and its fit), `backends` (a backend by
 name), `dataset` (the append-only SQLite cost dataset), `collect` (measuring a suite's
-placements into it).
+placements into it), `dmp` and `dmp_proxy` (real TorchRec training steps, and a proxy of them).
 May import: placement, tables, the root modules, and `gpu_tasks` (the measurement programs).
 """
 
