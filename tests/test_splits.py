@@ -30,6 +30,7 @@ from dreamshard.placement.tasks import (
     is_legal,
     placement_task,
 )
+from dreamshard.planners.split_choice import candidate_splits
 from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import Table
@@ -159,6 +160,29 @@ def test_the_balance_rule_leaves_no_shard_above_the_mean_load_that_could_halve()
                     assert parts * 2 > task.num_devices or table.dim % (8 * parts), (seed, name)
                 if split:  # and no table was split that did not need it
                     assert key(table) / (parts // 2) > mean
+
+
+def test_split_candidates_include_every_halving_level_of_the_rule():
+    """Where the rule quarters a table, a candidate halves it only (a CPU column shard repeats
+    its table's lookups, so the rule's end point is not always the cheapest)."""
+    deep = 0
+    for seed in range(30):
+        task = binding_cap_task(seed)
+        base = memory_splits(task)
+        found = {tuple(sorted((s.table, s.parts) for s in c)) for c in candidate_splits(task)}
+        for key in HEURISTIC_KEYS.values():
+            full = balance_splits(task, key, base)
+            rule_parts = {s.table: s.parts for s in full if s.kind == "column"}
+            if max(rule_parts.values(), default=1) < 4:
+                continue
+            deep += 1
+            halved = balance_splits(task, key, base, max_parts=2)
+            assert tuple(sorted((s.table, s.parts) for s in halved)) in found
+            forced = {s.table: s.parts for s in base}
+            for split in halved:  # at most halved by the rule, memory's splits kept
+                assert split.parts <= max(2, forced.get(split.table, 1))
+                assert split.parts <= rule_parts.get(split.table, split.parts)
+    assert deep, "the rule must quarter some table to test this"
 
 
 def test_a_task_no_whole_table_plan_fits_is_placed_split(cli, tmp_path):

@@ -76,9 +76,14 @@ def pinned_shards(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[int,
 
 
 def balance_splits(
-    task: PlacementTask, key: Callable[[Table], float], start: tuple[Split, ...] = ()
+    task: PlacementTask,
+    key: Callable[[Table], float],
+    start: tuple[Split, ...] = (),
+    max_parts: int | None = None,
 ) -> tuple[Split, ...]:
-    """`start` plus the column halvings of the balance rule under `key` (module docstring)."""
+    """`start` plus the column halvings of the balance rule under `key` (module docstring),
+    each table halved into at most `max_parts` shards by the rule (None: no cap but the
+    table's)."""
     splits = {s.table: s for s in start}
     tables = {t.name: t for t in task.tables}
     keys = {name: key(t) for name, t in tables.items()}
@@ -91,7 +96,8 @@ def balance_splits(
 
     def can_halve(name: str) -> bool:
         split = splits.get(name)
-        return split is None or (split.kind == "column" and split.parts * 2 <= limit[name])
+        cap = limit[name] if max_parts is None else min(limit[name], max_parts)
+        return split is None or (split.kind == "column" and split.parts * 2 <= cap)
 
     for name in sorted(tables, key=lambda n: (-keys[n], n)):
         while shard_key(name) > mean and can_halve(name) and limit[name] > 1:

@@ -19,12 +19,17 @@ def candidate_splits(
     task: PlacementTask, keys: Iterable[Callable[[Table], float]] = ()
 ) -> list[tuple[Split, ...]]:
     """Distinct split sets: the memory splits alone, then the balance rule over them under each
-    heuristic's key and each of `keys` (the memory splits come first)."""
+    heuristic's key and each of `keys` (the memory splits come first), each also stopped at
+    every halving level on the way (at most 2, 4, ... shards a table): on a CPU a column
+    shard repeats all of its table's lookups, so one halving can beat the rule's quarters."""
     base = memory_splits(task)
     found = {_identity(base): base}
     for key in (*HEURISTIC_KEYS.values(), *keys):
-        splits = balance_splits(task, key, base)
-        found.setdefault(_identity(splits), splits)
+        full = balance_splits(task, key, base)
+        deepest = max((s.parts for s in full if s.kind == "column"), default=1)
+        levels = [2**k for k in range(1, deepest.bit_length() - 1)]  # 2, 4, ... below deepest
+        for splits in [full, *(balance_splits(task, key, base, cap) for cap in levels)]:
+            found.setdefault(_identity(splits), splits)
     return list(found.values())
 
 
