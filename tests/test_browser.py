@@ -109,7 +109,7 @@ def open_and_wait(driver, url: str, name: str, ready, what: str) -> Path:
 def wait_and_save(driver, name: str, ready, what: str) -> Path:
     """Wait until `ready(driver)` or an exception shows on the page open now, save a
     screenshot."""
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -119,8 +119,13 @@ def wait_and_save(driver, name: str, ready, what: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     url = driver.current_url
+    # Streamlit redraws while the page settles: an element found a moment ago may be gone by
+    # the time its text is read; that is "not yet", and the wait asks again
+    waiting = WebDriverWait(
+        driver, RENDER_TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,)
+    )
     try:
-        WebDriverWait(driver, RENDER_TIMEOUT_S).until(ready_or_failed)
+        waiting.until(ready_or_failed)
     except TimeoutException:
         driver.save_screenshot(str(path))
         raise AssertionError(
