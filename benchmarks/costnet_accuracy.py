@@ -47,23 +47,22 @@ def median_examples(
     dataset: CostDataset, min_rounds: int
 ) -> tuple[list[Example], list[list[Example]]]:
     """(each placement's median-labelled example, and per round the one-round examples of the
-    same placements) over the placements measured in at least `min_rounds` interleaved
-    rounds."""
+    same placements) over the placements measured in each of the first `min_rounds`
+    interleaved rounds."""
     groups: dict[tuple[str, str], dict[int, object]] = defaultdict(dict)
     for row in dataset.rows(status="ok"):
         if row["round"] in INTERLEAVED:
             groups[(row["task"], row["placement"])][row["round"]] = row
-    kept = [g for g in groups.values() if len(g) >= min_rounds]
+    rounds = sorted({r for g in groups.values() for r in g})[:min_rounds]
+    kept = [g for g in groups.values() if len(rounds) == min_rounds and set(rounds) <= set(g)]
     if not kept:
         raise DreamshardError(
             f"{dataset.path} holds no placement measured in {min_rounds} interleaved rounds "
             "(rounds 1000-1999, as benchmarks/compare_planners.py stores them)"
         )
-    rounds = sorted({r for g in kept for r in g})[:min_rounds]
     medians, by_round = [], [[] for _ in rounds]
     for group in kept:
-        rows = [group[r] for r in rounds if r in group][:min_rounds]
-        singles = [_example(row) for row in rows]
+        singles = [_example(group[r]) for r in rounds]
         terms = np.median(np.stack([e.device_targets for e in singles]), axis=0)
         overall = float(np.median([e.overall for e in singles]))
         medians.append(
