@@ -1,7 +1,9 @@
-"""Shared helpers: run the real `dreamshard` console script, and small hand-made tables."""
+"""Shared helpers: run the real `dreamshard` console script, small hand-made tables, a benchmark
+script loaded as a module, and a toy trained model."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,32 @@ import pytest
 from dreamshard.tables.table import Table
 
 SCRIPT = Path(sys.executable).parent / "dreamshard"
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module, its sibling modules importable as when run as a script."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def toy_model_path(tmp_path_factory):
+    """A model file trained for a few steps on the simulated backend: structure, not quality."""
+    from test_learning import small_config
+
+    from dreamshard.learn.model_file import save_model
+    from dreamshard.learn.train import train
+
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    config = small_config(path.parent, iterations=1, costnet_steps=20, policy_updates=2)
+    save_model(train(config, log=lambda *_: None), path)
+    return path
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,21 +1,16 @@
 """The one benchmark command at toy scale on the simulated backend: every planner, legal plans,
 the issue's target lines, and a killed run resumed without measuring anything twice."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from test_learning import small_config
+from conftest import load_benchmark
 
-from dreamshard.learn.model_file import save_model
-from dreamshard.learn.train import train
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, is_legal
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "compare_planners.py"
 PLANNERS = [
     "random",
     "dim",
@@ -43,27 +38,10 @@ TARGETS = [  # the issue's target lines: (comparison, over)
 ]
 
 
-def load_script():
-    sys.path.insert(0, str(SCRIPT.parent))  # its sibling modules, as when run as a script
-    spec = importlib.util.spec_from_file_location("compare_planners", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("model") / "model.pt"
-    config = small_config(path.parent, iterations=1, costnet_steps=20, policy_updates=2)
-    save_model(train(config, log=lambda *_: None), path)  # structure, not quality
-    return path
-
-
-def arguments(model_path, out, tasks=1, *more):
+def arguments(toy_model_path, out, tasks=1, *more):
     return [
         "--model",
-        str(model_path),
+        str(toy_model_path),
         "--backend",
         "simulated",
         "--suites",
@@ -88,11 +66,11 @@ def arguments(model_path, out, tasks=1, *more):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_report_has_every_planner_and_every_placement_is_legal(
-    tmp_path, monkeypatch, model_path
+    tmp_path, monkeypatch, toy_model_path
 ):
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
     out = tmp_path / "results" / "planners.md"
-    report = load_script().main(arguments(model_path, out))
+    report = load_benchmark("compare_planners").main(arguments(toy_model_path, out))
 
     assert out.read_text() == report + "\n"
     for planner in PLANNERS:  # one row per suite table, a planner's name first
@@ -152,8 +130,10 @@ class CountingBackend:
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_a_killed_run_resumes_without_measuring_anything_twice(tmp_path, monkeypatch, model_path):
-    script = load_script()
+def test_a_killed_run_resumes_without_measuring_anything_twice(
+    tmp_path, monkeypatch, toy_model_path
+):
+    script = load_benchmark("compare_planners")
     real = script.make_backend
 
     def session(home: str, alive: int | None = None, *more: str) -> tuple[list, Path]:
@@ -164,7 +144,7 @@ def test_a_killed_run_resumes_without_measuring_anything_twice(tmp_path, monkeyp
         )
         out = tmp_path / home / "planners.md"
         try:
-            script.main(arguments(model_path, out, 2, *more))
+            script.main(arguments(toy_model_path, out, 2, *more))
         except Killed:
             pass
         return calls, out
@@ -196,7 +176,7 @@ def test_a_killed_run_resumes_without_measuring_anything_twice(tmp_path, monkeyp
 
 def test_a_resumed_run_places_as_the_killed_one_did(tmp_path):
     """Time-limited and measured searches need not repeat a placement: the stored one is kept."""
-    load_script()
+    load_benchmark("compare_planners")
     from planners_store import PlanStore
 
     from dreamshard.errors import DreamshardError

@@ -1,7 +1,6 @@
 """benchmarks/costnet_accuracy.py: a model file judged against the median of interleaved rounds,
 with the noise floor of one round beside it, and a dataset without such rounds refused."""
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import load_benchmark
 
 from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, measurement_key
@@ -28,13 +28,6 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "costnet_accuracy.py"
 SUITE = "cpu-12x3"
 ROUNDS = range(1000, 1005)  # compare_planners' interleaved rounds
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("costnet_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def model_file(path: Path, costnet) -> Path:
@@ -98,7 +91,7 @@ def test_exact_rounds_have_no_noise_and_a_fitted_network_beats_a_fresh_one(
     fitted, fresh = models
     dataset = interleaved_dataset(tmp_path / "rounds.sqlite", noise=0.0)
     out = tmp_path / "accuracy.md"
-    report = load_script().main(
+    report = load_benchmark("costnet_accuracy").main(
         [
             "--model",
             str(fitted),
@@ -122,7 +115,9 @@ def test_exact_rounds_have_no_noise_and_a_fitted_network_beats_a_fresh_one(
 
 def test_noisy_rounds_raise_the_floor(tmp_path, models, one_torch_thread):
     dataset = interleaved_dataset(tmp_path / "rounds.sqlite", noise=0.05)
-    report = load_script().main(["--model", str(models[0]), "--dataset", str(dataset)])
+    report = load_benchmark("costnet_accuracy").main(
+        ["--model", str(models[0]), "--dataset", str(dataset)]
+    )
     fwd_floor = float(figures(report, "all tasks", "one round (noise floor)")[0].rstrip("%"))
     assert 1.0 < fwd_floor < 10.0  # 5% noise per round, measured against the median of 5
 

@@ -2,48 +2,27 @@
 beside ours, its declines counted instead of failing the run, and `dreamshard +split` against
 `torchrec +split` as a ratio paired within rounds."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_learning import small_config
+from conftest import load_benchmark
 
 from dreamshard.errors import DreamshardError
-from dreamshard.learn.model_file import save_model
-from dreamshard.learn.train import train
 from dreamshard.placement.suites import make_suite, parse_suite_name
 
 pytest.importorskip("torchrec")
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "split_tables.py"
 SUITE = "cpu-12x2"
 TARGET = "dreamshard +split / torchrec +split"
 
 
-def load_script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("split_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("model") / "model.pt"
-    config = small_config(path.parent, iterations=1, costnet_steps=20, policy_updates=2)
-    save_model(train(config, log=lambda *_: None), path)  # structure, not quality
-    return path
-
-
 @pytest.mark.usefixtures("one_torch_thread")
-def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(tmp_path, monkeypatch, model_path):
+def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(
+    tmp_path, monkeypatch, toy_model_path
+):
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
-    script = load_script()
+    script = load_benchmark("split_tables")
     real, asked = script.torchrec_place, []
 
     def declines(task, seed=0, reserve=True, split="none"):
@@ -58,7 +37,7 @@ def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(tmp_path, monkeyp
     out = tmp_path / "split_tables"
     args = ["--backend", "simulated", "--labels", "raw", "--suites", SUITE, "--tasks", "2"]
     args += ["--rounds", "2", "--planners", "lookup,dreamshard,torchrec"]
-    results = script.main([*args, "--model", str(model_path), "--out", str(out)])
+    results = script.main([*args, "--model", str(toy_model_path), "--out", str(out)])
 
     assert set(asked) == {(False, "none"), (False, "auto")}  # our memory, no reservation
     tasks = make_suite(parse_suite_name(SUITE, 1, 2)).test_tasks
