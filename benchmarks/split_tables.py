@@ -11,8 +11,7 @@ scale in seconds, for the test):
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
 (b) each planner's `--split none` and `--split auto` plans of the held-out tasks, variants of
-    the heuristics' balance rule (unchecked, halving row-wise, the check with row halvings
-    too), and every task's tables timed alone (one kernel each). TorchRec's planner is a
+    the heuristics' balance rule (unchecked, halving row-wise), and every task's tables timed alone (one kernel each). TorchRec's planner is a
     planner here too (when torchrec is installed): `torchrec` table-wise and `torchrec +split`
     with its own column-/row-wise choice, on the same memory cap as ours and with no storage
     reservation (`torchrec_place(reserve=False)`); `dreamshard +split` is reported against
@@ -45,7 +44,7 @@ from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
-from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import mean_breakdown, place_all
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean, measure_interleaved
@@ -58,7 +57,6 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_task
-from dreamshard.planners.split_choice import choose_splits
 from dreamshard.planners.torchrec_planner import require_torchrec, torchrec_place
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
@@ -77,11 +75,10 @@ TORCHREC_PAIRS = (
     ("dreamshard" + SPLIT, "torchrec"),
 )
 # The heuristics' balance rule as variants beside their `--split auto` (which keeps the rule's
-# column halvings only where the analytic model rates them cheaper): the rule unchecked, the
-# rule halving row-wise, and the check choosing among the rule's column and row halvings.
+# column halvings, or its tables cut row-wise over all devices, only where the analytic model
+# rates them cheaper): the rule unchecked, and the rule halving row-wise with its own parts.
 UNCHECKED = " +rule unchecked"
 ROW_SPLIT = " +row rule"
-CHECKED_ROWS = " +checked, rows too"
 ROW_RULE = ("lookup", "size_lookup")
 TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC, TARGET_TORCHREC = 0.92, 1.03, 0.95, 0.95
 
@@ -170,11 +167,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="heuristics also run with the balance rule halving row-wise (default: lookup, "
         "size_lookup among --planners; '' for none)",
     )
-    parser.add_argument(
-        "--checked-rows",
-        help="heuristics also run with the check choosing among the rule's column and row "
-        "halvings (default: lookup, size_lookup among --planners; '' for none)",
-    )
     parser.add_argument("--model", help="dreamshard's model (default: see the docstring)")
     parser.add_argument(
         "--backend",
@@ -206,7 +198,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for suffix, option, default in (
         (UNCHECKED, args.unchecked_rule, tuple(HEURISTIC_KEYS)),
         (ROW_SPLIT, args.row_rule, ROW_RULE),
-        (CHECKED_ROWS, args.checked_rows, ROW_RULE),
     ):
         chosen = option.split(",") if option is not None else [p for p in default if p in planners]
         for method in filter(None, chosen):
@@ -225,7 +216,7 @@ def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dic
         named[method] = make(split="none")
         named[method + SPLIT] = make(split="auto")
         variants[method + SPLIT] = method
-    rules = {UNCHECKED: unchecked_rule, ROW_SPLIT: row_rule, CHECKED_ROWS: checked_rows_rule}
+    rules = {UNCHECKED: unchecked_rule, ROW_SPLIT: row_rule}
     for suffix, method in rule_variants:
         named[method + suffix] = rule_planner(method, rules[suffix])
         variants[method + suffix] = method
@@ -603,22 +594,6 @@ def row_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
     return tuple(
         s if s in memory else Split(s.table, "row", s.parts) for s in unchecked_rule(task, method)
     )
-
-
-def checked_rows_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
-    """Among the memory splits, the rule's column halvings and its row halvings, the one whose
-    shards the heuristic places cheapest by the calibrated analytic model (the `simulated`
-    backend; the memory splits win ties): the library's check with a row candidate too."""
-    backend, own = SimulatedBackend(), heuristics.PLANNERS[method]
-    candidates = [memory_splits(task), unchecked_rule(task, method), row_rule(task, method)]
-
-    def rate(shards: PlacementTask) -> float:
-        try:
-            return backend.measure(shards, own(shards, 0)).overall
-        except InfeasibleError:  # its packing search gave up on these shards
-            return float("inf")
-
-    return choose_splits(task, candidates, rate)[0]
 
 
 def place_splits(task: PlacementTask, method: str, seed: int, splits) -> Placement:
@@ -1010,14 +985,14 @@ DEFINITIONS = """## How the figures are made
   mean beyond the run's median CV of a placement's cost over the rounds.
 - `tables split/task`: how many tables the `auto` plan splits, mean over the suite's tasks.
 - A heuristic's `+split` plan is the library's `--split auto`: its balance rule's column
-  halvings kept only where the calibrated analytic model (the `simulated` backend) rates the
-  heuristic's placement of the shards cheaper (`split_choice.checked_balance_splits`).
+  halvings, or the same tables cut row-wise over all devices (TorchRec's layout), kept only
+  where the calibrated analytic model (the `simulated` backend) rates the heuristic's
+  placement of the shards cheaper (`split_choice.checked_balance_splits`).
   Variants beside it, placed by the same heuristic (not planners of the library, and not
   counted in "best split plan", the best `--split auto` plan): `+rule unchecked`, the rule's
   column halvings as they come (`placement.splitting.balance_splits`, the heuristics'
-  `--split auto` before the check); `+row rule`, the same tables and parts cut into row ranges;
-  `+checked, rows too`, the check choosing among the memory splits, the column halvings and
-  the row halvings.
+  `--split auto` before the check); `+row rule`, the same tables and parts cut into row ranges
+  (not pinned).
 - `torchrec` / `torchrec +split`: TorchRec's planner (`planners.torchrec_planner`) on the task's
   memory cap with no storage reservation, table-wise / allowed column- and row-wise as it
   chooses; both are planners here (they count in the best table-wise and best split plans). A

@@ -217,12 +217,12 @@ def choose(driver, label: str, option: str) -> None:
 
 
 def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
-    """The pasted example spec placed by `lookup` with split auto: history_items is halved
-    column-wise twice, and its four shards are drawn under one legend entry."""
+    """The pasted example spec placed by `lookup` with split auto: history_items is cut
+    row-wise over the 4 devices, and its four shards are drawn under one legend entry."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    legend = "history_items: column-wise into 4 shards"
+    legend = "history_items: row-wise into 4 shards"
     screenshot(browser, f"{server}/place_tables", 1, "dashboard-place-tables")
     click_text(browser, '[data-testid="stRadio"] label', "Paste CSV")
     WebDriverWait(browser, RENDER_TIMEOUT_S).until(
@@ -235,7 +235,7 @@ def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
         return legend in texts and len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 2
 
     path = wait_and_save(browser, "dashboard-place-split", drawn, legend)
-    assert "history_items column-wise into 4 shards" in browser.page_source
+    assert "history_items row-wise into 4 shards" in browser.page_source
     planner = browser.find_element(
         By.CSS_SELECTOR, 'input[aria-label="Planner or registered model"]'
     )

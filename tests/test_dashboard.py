@@ -188,14 +188,21 @@ def test_place_tables_page_shows_a_split_plans_shards(store_env):
     assert_clean(at)
     assert at.selectbox(key="place_split").value == "auto"  # the CLI's default
     # history_items reads 2,560 floats per sample, over the mean device load of the 6 tables:
-    # the balance rule halves it column-wise twice
-    assert any("history_items column-wise into 4 shards" in m.value for m in at.markdown)
+    # the balance rule cuts it, and the analytic model's check rates it cheapest cut row-wise
+    # over the 4 devices (a row shard has only its rows' lookups)
+    assert any("history_items row-wise into 4 shards" in m.value for m in at.markdown)
     layout, predicted = figures(at)
     segments = bar_segments(layout)
     shards = [text for name, text, _, _ in segments if text.startswith("history_items")]
-    assert set(shards) == {f"history_items[c{c}:{c + 16}]" for c in (0, 16, 32, 48)}
+    quarter = 2_500_000 // 4
+    assert set(shards) == {
+        f"history_items[r{r}:{r + quarter}]" for r in range(0, 4 * quarter, quarter)
+    }
     traces = {name for name, text, _, _ in segments if text in shards}
-    assert traces == {"history_items: column-wise into 4 shards"}  # one colour for all four
+    assert traces == {"history_items: row-wise into 4 shards"}  # one colour for all four
+    assert {device for _, text, _, device in segments if text in shards} == {
+        f"device {d}" for d in range(4)
+    }  # TorchRec's row-wise layout: one shard a device
     (trace,) = [t for t in layout["data"] if t.get("name") in traces]
     assert isinstance(trace["marker"]["color"], str)  # one colour, not the lookups scale
     assert sorted(trace["text"]) == sorted(name.removeprefix("history_items") for name in shards)
@@ -206,7 +213,7 @@ def test_place_tables_page_shows_a_split_plans_shards(store_env):
     (code,) = at.code
     plan = json.loads(code.value)
     assert plan["version"] == 2
-    assert {"table": "history_items", "kind": "column", "parts": 4} in plan["splits"]
+    assert {"table": "history_items", "kind": "row", "parts": 4} in plan["splits"]
     task = PlacementTask(
         tuple(tables_from_text(EXAMPLE_CSV)),
         plan["num_devices"],

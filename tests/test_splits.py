@@ -29,8 +29,9 @@ from dreamshard.placement.tasks import (
     device_memory,
     is_legal,
     placement_task,
+    shard_task,
 )
-from dreamshard.planners.split_choice import candidate_splits
+from dreamshard.planners.split_choice import candidate_splits, heuristic_placements
 from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import Table
@@ -183,6 +184,45 @@ def test_split_candidates_include_every_halving_level_of_the_rule():
                 assert split.parts <= max(2, forced.get(split.table, 1))
                 assert split.parts <= rule_parts.get(split.table, split.parts)
     assert deep, "the rule must quarter some table to test this"
+
+
+def test_split_candidates_offer_the_rules_tables_cut_row_wise_pinned_one_shard_a_device():
+    """A CPU column shard repeats its table's lookups, a row shard has only its rows', so each
+    rule's tables are also offered cut row-wise over every device (TorchRec's layout), and the
+    heuristics rating a candidate keep row shard r on device r."""
+    rated = 0
+    for seed in range(30):
+        task = binding_cap_task(seed)
+        base, d = memory_splits(task), task.num_devices
+        offered = {
+            tuple(sorted((s.table, s.kind, s.parts) for s in c)) for c in candidate_splits(task)
+        }
+        for key in HEURISTIC_KEYS.values():
+            rule = balance_splits(task, key, base)
+            if set(rule) == set(base):
+                continue  # the rule cuts nothing (its tables have 1,000+ rows: d row shards)
+            with_rows = tuple(
+                sorted(
+                    (s.table, s.kind, s.parts) if s in base else (s.table, "row", d) for s in rule
+                )
+            )
+            assert with_rows in offered, (seed, with_rows)
+        for splits in candidate_splits(task):
+            cut = {s.table for s in splits if s.kind == "row" and s not in base}
+            if not cut:
+                continue
+            shards = shard_task(task, splits)
+            for placement in heuristic_placements(task, splits):
+                rated += 1
+                assert is_legal(shards, placement)
+                for table in cut:
+                    devices = [
+                        placement.devices[i]
+                        for i, shard in enumerate(shards.tables)
+                        if shard.shard is not None and shard.shard.of == table
+                    ]
+                    assert devices == list(range(d)), (seed, table)
+    assert rated, "some candidate must cut a table row-wise to test this"
 
 
 def test_a_task_no_whole_table_plan_fits_is_placed_split(cli, tmp_path):

@@ -129,8 +129,8 @@ split = split_col.selectbox(
     SPLIT_MODES,
     index=SPLIT_MODES.index("auto"),  # `dreamshard place`'s default
     key="place_split",
-    help="auto: the planner may split a table into column-wise shards (or row-wise, for one "
-    "no device holds) where that helps; none: whole tables, as in the paper.",
+    help="auto: the planner may split a table into column-wise or row-wise shards where "
+    "that helps (and must, for one no device holds); none: whole tables, as in the paper.",
 )
 
 task = PlacementTask(

@@ -28,7 +28,6 @@ from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.split_choice import (
     candidate_splits,
     choose_splits,
-    heuristic_placements,
 )
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
@@ -169,9 +168,8 @@ def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Spli
     alone = dict(zip((t.name for t in task.tables), single.tolist()))
     candidates = candidate_splits(task, [lambda t: alone[t.name]])
 
-    def cost(shards: PlacementTask) -> float:
-        found = heuristic_placements(shards)
-        return min(predicted_overall(model, shards, found)) if found else float("inf")
+    def cost(shards: PlacementTask, found: list[Placement]) -> float:
+        return min(predicted_overall(model, shards, found))
 
     return choose_splits(task, candidates, cost)[0]
 

@@ -34,7 +34,6 @@ from dreamshard.planners.dreamshard_planner import ranked_candidates
 from dreamshard.planners.split_choice import (
     candidate_splits,
     choose_splits,
-    heuristic_placements,
 )
 from dreamshard.tables.features import feature_matrix
 
@@ -197,9 +196,8 @@ def analytic_splits(task: PlacementTask, backend: SimulatedBackend | None = None
     best heuristic placement (by that model) runs cheapest."""
     backend = backend or SimulatedBackend()
 
-    def cost(shards: PlacementTask) -> float:
-        found = heuristic_placements(shards)
-        return float(backend.overall_many(shards, found).min()) if found else float("inf")
+    def cost(shards: PlacementTask, found: list[Placement]) -> float:
+        return float(backend.overall_many(shards, found).min())
 
     return choose_splits(task, candidate_splits(task), cost)[0]
 

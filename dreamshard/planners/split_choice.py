@@ -1,6 +1,13 @@
 """Splits chosen by a cost model: the candidates the splitting rules give, each placed and
 scored cheaply, the cheapest kept (`dreamshard` with its cost network, `search_analytic` with
-the analytic model; the heuristics apply their own rule, `placement.splitting`)."""
+the analytic model, the heuristics their own rule checked by the analytic model).
+
+A candidate cuts the tables the balance rule names (`placement.splitting.balance_splits`)
+either into column halvings or into row ranges over all D devices (TorchRec's row-wise layout,
+shard r on device r). On a CPU a column shard repeats all of its table's lookups while a row
+shard has only those of its rows, so for a hot table rows can win where columns cannot
+(benchmarks/results/split_tables.md: half the rows of a 5.1M-row table 0.50x, half its width
+0.75x); which wins is the cost model's call, never assumed."""
 
 from __future__ import annotations
 
@@ -9,9 +16,9 @@ from collections.abc import Callable, Iterable
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
-from dreamshard.placement.splitting import balance_splits, memory_splits
-from dreamshard.placement.tasks import PlacementTask, shard_task
-from dreamshard.tables.shards import Split
+from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
+from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
+from dreamshard.tables.shards import Split, split_problem
 from dreamshard.tables.table import Table
 
 
@@ -21,7 +28,8 @@ def candidate_splits(
     """Distinct split sets: the memory splits alone, then the balance rule over them under each
     heuristic's key and each of `keys` (the memory splits come first), each also stopped at
     every halving level on the way (at most 2, 4, ... shards a table): on a CPU a column
-    shard repeats all of its table's lookups, so one halving can beat the rule's quarters."""
+    shard repeats all of its table's lookups, so one halving can beat the rule's quarters.
+    Each rule's tables are also offered cut row-wise (`row_variant`)."""
     base = memory_splits(task)
     found = {_identity(base): base}
     for key in (*HEURISTIC_KEYS.values(), *keys):
@@ -30,28 +38,56 @@ def candidate_splits(
         levels = [2**k for k in range(1, deepest.bit_length() - 1)]  # 2, 4, ... below deepest
         for splits in [full, *(balance_splits(task, key, base, cap) for cap in levels)]:
             found.setdefault(_identity(splits), splits)
+        rows = row_variant(task, full, base)
+        found.setdefault(_identity(rows), rows)
     return list(found.values())
+
+
+def row_variant(
+    task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...]
+) -> tuple[Split, ...]:
+    """`splits` with each table the balance rule cut (those not in `base`, the memory splits)
+    cut instead into row ranges over all D devices, TorchRec's row-wise layout (pinned, shard r
+    on device r: `placement.splitting.pinned_shards`); a table that cannot be cut so keeps its
+    column split."""
+    d, kept = task.num_devices, set(base)
+    by_name = {t.name: t for t in task.tables}
+    return tuple(
+        s if s in kept or split_problem(by_name[s.table], "row", d) else Split(s.table, "row", d)
+        for s in splits
+    )
 
 
 def choose_splits(
     task: PlacementTask,
     candidates: list[tuple[Split, ...]],
-    cost: Callable[[PlacementTask], float],
+    cost: Callable[[PlacementTask, list[Placement]], float],
+    keys=tuple(HEURISTIC_KEYS),
 ) -> tuple[tuple[Split, ...], float]:
-    """The candidate whose shard task `cost` rates cheapest (the first on ties), and its cost."""
-    costs = [cost(shard_task(task, splits)) for splits in candidates]
+    """The candidate whose shards the heuristics `keys` place cheapest as `cost` rates their
+    placements (`heuristic_placements`; a candidate none of them places rates infinite), the
+    first on ties, and that cost."""
+
+    def rate(splits: tuple[Split, ...]) -> float:
+        found = heuristic_placements(task, splits, keys)
+        return cost(shard_task(task, splits), found) if found else float("inf")
+
+    costs = [rate(splits) for splits in candidates]
     best = min(range(len(candidates)), key=costs.__getitem__)
     return candidates[best], costs[best]
 
 
-def heuristic_placements(shards: PlacementTask, keys=tuple(HEURISTIC_KEYS)) -> list:
-    """The placements of `shards` by the heuristics `keys` whose packing search finds one:
-    what a split candidate is rated on (the policy would take tenths of a second where these
-    take milliseconds at 856 tables on 128 devices)."""
+def heuristic_placements(
+    task: PlacementTask, splits: tuple[Split, ...], keys=tuple(HEURISTIC_KEYS)
+) -> list[Placement]:
+    """The placements of `task`'s shards under `splits` by the heuristics `keys` whose packing
+    search finds one, row shards over all devices pinned (`split_place`): what a split
+    candidate is rated on (the policy would take tenths of a second where these take
+    milliseconds at 856 tables on 128 devices)."""
     placements = []
     for key in keys:
         try:
-            placements.append(greedy_place(shards, key))
+            placements.append(split_place(task, splits, lambda s, key=key: greedy_place(s, key)))
         except InfeasibleError:  # its packing search gave up; the others may not
             continue
     return placements
@@ -62,20 +98,22 @@ def _identity(splits: tuple[Split, ...]) -> tuple:
 
 
 def checked_balance_splits(task: PlacementTask, key_name: str) -> tuple[Split, ...]:
-    """The heuristic `key_name`'s balance rule (`placement.splitting.balance_splits`), kept only
+    """The heuristic `key_name`'s balance rule (`placement.splitting.balance_splits`), its
+    column halvings or the same tables cut row-wise over all devices (`row_variant`), kept only
     where the calibrated analytic model (the `simulated` backend) rates the heuristic's own
-    placement of the shards cheaper than of the tables with only the memory splits. The rule's
-    key does not see that a column shard still does all of its table's lookups; on real kernels
-    the unchecked rule made 4-6 of 32 heuristic plans slower than whole tables beyond the
-    noise, the checked one none (benchmarks/results/split_tables.md, 2026-12-01)."""
+    placement of the shards cheaper than of the tables with only the memory splits (which win
+    ties). The rule's key does not see that a column shard still does all of its table's
+    lookups; on real kernels the unchecked rule made 4-6 of 32 heuristic plans slower than
+    whole tables beyond the noise, the checked one none (benchmarks/results/split_tables.md,
+    2026-12-01)."""
     base = memory_splits(task)
     balanced = balance_splits(task, HEURISTIC_KEYS[key_name], base)
     if _identity(balanced) == _identity(base):
         return base
     backend = SimulatedBackend()
 
-    def cost(shards: PlacementTask) -> float:
-        found = heuristic_placements(shards, [key_name])
-        return float(backend.overall_many(shards, found)[0]) if found else float("inf")
+    def cost(shards: PlacementTask, found: list[Placement]) -> float:
+        return float(backend.overall_many(shards, found)[0])
 
-    return choose_splits(task, [base, balanced], cost)[0]
+    candidates = [base, balanced, row_variant(task, balanced, base)]
+    return choose_splits(task, candidates, cost, [key_name])[0]
