@@ -10,13 +10,13 @@ scale in seconds, for the test):
 (a) the hottest table of the first suite's held-out tasks (its lookups x width against the
     task's mean device load), timed alone at width d, as its column shards of width d/2 and
     d/4, as both d/2 shards in one kernel, and as its first row half, all on the same trace;
-(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, variants of
-    the heuristics' balance rule (unchecked, halving row-wise), and every task's tables timed
-    alone (one kernel each). TorchRec's planner is a planner here too (when torchrec is
-    installed): `torchrec` table-wise and `torchrec +split` with its own column-/row-wise choice, on the same memory cap as ours and with no storage
-    reservation (`torchrec_place(reserve=False)`); `dreamshard +split` is reported against
-    `torchrec +split` per suite and over all suites, as paired ratios on the tasks TorchRec
-    places ([k/n]: a task TorchRec declines is counted, not measured).
+(b) each planner's `--split none` and `--split auto` plans of the held-out tasks, variants of the
+    heuristics' balance rule (unchecked, halving row-wise), and every task's tables timed alone (one
+    kernel each). TorchRec's planner is a planner here too (when torchrec is installed): `torchrec`
+    table-wise and `torchrec +split` with its own column-/row-wise choice, on the same memory cap as
+    ours and with no storage reservation (`torchrec_place(reserve=False)`); `dreamshard +split` is
+    reported against `torchrec +split` per suite and over all suites, as paired ratios on the tasks
+    TorchRec places ([k/n]: a task TorchRec declines is counted, not measured).
 
 The model of `dreamshard` is `--model`, else the registry's champion
 (`models:/dreamshard-policy@champion`, where the state folder has a registry), else
