@@ -19,6 +19,8 @@ from dreamshard.integrations.torchrec_export import (
     torchrec_plan_dict,
 )
 from dreamshard.methods import place
+from dreamshard.placement.heuristics import greedy_place
+from dreamshard.placement.splitting import split_place
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
 from dreamshard.planners.torchrec_planner import torchrec_place, torchrec_row_bounds
 from dreamshard.tables.shards import Split, max_column_parts
@@ -179,13 +181,22 @@ ONE_HOT_TABLE = PlacementTask(
 )
 
 
+def planner_split_plans(task: PlacementTask = ONE_HOT_TABLE) -> tuple[Placement, Placement]:
+    """`lookup --split auto`'s plan (the balance rule cuts "hot"; the analytic check keeps it
+    cut row-wise, one shard a rank) and lookup's placement of "hot" halved column-wise."""
+    rows = place(task, "lookup", split="auto")
+    assert rows.splits == (Split("hot", "row", 2),)
+    halves = (Split("hot", "column", 2),)
+    columns = split_place(task, halves, lambda shards: greedy_place(shards, "lookup"), "lookup")
+    return rows, columns
+
+
 def test_a_planner_split_plan_round_trips(torchrec):
     task = ONE_HOT_TABLE
-    placement = place(task, "lookup", split="auto")
-    assert placement.splits == (Split("hot", "column", 2),)  # the balance rule halves "hot"
-    data = json.loads(json.dumps(torchrec_plan_dict(task, placement)))
-    back = placement_from_sharding_plan(task, sharding_plan_from_dict(data), method="lookup")
-    assert back == placement
+    for placement in planner_split_plans(task):
+        data = json.loads(json.dumps(torchrec_plan_dict(task, placement)))
+        back = placement_from_sharding_plan(task, sharding_plan_from_dict(data), method="lookup")
+        assert back == placement
 
 
 def test_row_splits_dmp_cannot_train_are_refused(torchrec):
