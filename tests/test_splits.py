@@ -194,9 +194,8 @@ def test_split_candidates_offer_the_rules_tables_cut_row_wise_pinned_one_shard_a
     for seed in range(30):
         task = binding_cap_task(seed)
         base, d = memory_splits(task), task.num_devices
-        offered = {
-            tuple(sorted((s.table, s.kind, s.parts) for s in c)) for c in candidate_splits(task)
-        }
+        candidates = candidate_splits(task)
+        offered = {tuple(sorted((s.table, s.kind, s.parts) for s in c)) for c in candidates}
         for key in HEURISTIC_KEYS.values():
             rule = balance_splits(task, key, base)
             if set(rule) == set(base):
@@ -207,7 +206,7 @@ def test_split_candidates_offer_the_rules_tables_cut_row_wise_pinned_one_shard_a
                 )
             )
             assert with_rows in offered, (seed, with_rows)
-        for splits in candidate_splits(task):
+        for splits in candidates:
             cut = {s.table for s in splits if s.kind == "row" and s not in base}
             if not cut:
                 continue

@@ -19,9 +19,8 @@ from dreamshard.integrations.torchrec_export import (
     torchrec_plan_dict,
 )
 from dreamshard.methods import place
-from dreamshard.placement.heuristics import greedy_place
-from dreamshard.placement.splitting import split_place
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
+from dreamshard.planners.split_choice import heuristic_placements
 from dreamshard.planners.torchrec_planner import torchrec_place, torchrec_row_bounds
 from dreamshard.tables.shards import Split, max_column_parts
 from dreamshard.tables.table import Table
@@ -186,8 +185,7 @@ def planner_split_plans(task: PlacementTask = ONE_HOT_TABLE) -> tuple[Placement,
     cut row-wise, one shard a rank) and lookup's placement of "hot" halved column-wise."""
     rows = place(task, "lookup", split="auto")
     assert rows.splits == (Split("hot", "row", 2),)
-    halves = (Split("hot", "column", 2),)
-    columns = split_place(task, halves, lambda shards: greedy_place(shards, "lookup"), "lookup")
+    (columns,) = heuristic_placements(task, (Split("hot", "column", 2),), ["lookup"])
     return rows, columns
 
 

@@ -25,10 +25,7 @@ from dreamshard.learn.policy import Lookahead, fast_rollout, single_table_costs,
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal, placement_task
 from dreamshard.planners.device_search import costnet_model, device_search
-from dreamshard.planners.split_choice import (
-    candidate_splits,
-    choose_splits,
-)
+from dreamshard.planners.split_choice import candidate_splits, choose_splits
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
 

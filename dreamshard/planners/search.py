@@ -31,10 +31,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import ranked_candidates
-from dreamshard.planners.split_choice import (
-    candidate_splits,
-    choose_splits,
-)
+from dreamshard.planners.split_choice import candidate_splits, choose_splits
 from dreamshard.tables.features import feature_matrix
 
 # Costs of placements of one task, in the order given (lower is better).
