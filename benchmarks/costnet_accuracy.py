@@ -28,27 +28,34 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dreamshard.costs.dataset import CostDataset, hardware, record_costs, record_task, versions
+from dreamshard.costs.dataset import CostDataset, hardware, record_task, versions
+from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.costnet import DEVICE_TERMS
-from dreamshard.learn.costnet_data import Example
+from dreamshard.learn.costnet_data import Example, record_cost
 from dreamshard.learn.costnet_fit import costnet_errors, spearman_within_tasks
 from dreamshard.learn.model_file import load_model
+from dreamshard.learn.train_config import LABELS
 from dreamshard.report import format_table
 from dreamshard.tables.features import feature_matrix
 
+LABEL_WORDS = {
+    "raw": "raw labels, as measured",
+    "normalised": "labels normalised by the reference group timed in each measurement",
+}
 INTERLEAVED = range(1000, 2000)  # compare_planners' interleaved rounds (planners_store.py)
 COMPUTE = ("fwd_comp", "bwd_comp")
 TARGET_MAPE, TARGET_SPEARMAN = 0.07, 0.95
 
 
 def median_examples(
-    dataset: CostDataset, min_rounds: int
+    dataset: CostDataset, min_rounds: int, labels: str = "raw"
 ) -> tuple[list[Example], list[list[Example]]]:
     """(each placement's median-labelled example, and per round the one-round examples of the
     same placements) over the placements measured in each of the first `min_rounds`
-    interleaved rounds."""
+    interleaved rounds; `labels="normalised"`: each measurement normalised by its reference
+    group's time first (costs/reference.py)."""
     groups: dict[tuple[str, str], dict[int, object]] = defaultdict(dict)
     for row in dataset.rows(status="ok"):
         if row["round"] in INTERLEAVED:
@@ -62,7 +69,7 @@ def median_examples(
         )
     medians, by_round = [], [[] for _ in rounds]
     for group in kept:
-        singles = [_example(group[r]) for r in rounds]
+        singles = [_example(group[r], labels) for r in rounds]
         terms = np.median(np.stack([e.device_targets for e in singles]), axis=0)
         overall = float(np.median([e.overall for e in singles]))
         medians.append(
@@ -73,15 +80,22 @@ def median_examples(
     return medians, by_round
 
 
-def _example(row) -> Example:
+def _example(row, labels: str) -> Example:
     task, placement = record_task(row)
-    targets = np.array([[c[t] for t in DEVICE_TERMS] for c in record_costs(row)], np.float32)
+    cost = record_cost(row)
+    if labels == "normalised":
+        if normalisation_factor(cost.info) is None:
+            raise DreamshardError(
+                f"a measurement of {task.name} has no reference time; use --labels raw"
+            )
+        cost = normalised(cost)
+    targets = np.array([[getattr(d, t) for t in DEVICE_TERMS] for d in cost.devices], np.float32)
     return Example(
         feature_matrix(task.tables),
         np.array(placement.devices),
         task.num_devices,
         targets,
-        float(row["overall"]),
+        float(cost.overall),
         task.name,
         placement.method,
     )
@@ -168,8 +182,9 @@ def report(args: argparse.Namespace, medians, by_round, models: dict[str, object
             "",
             f"Host: {hardware()}; {versions()}. Labels: the median of {args.min_rounds} "
             f"interleaved rounds per placement, from `{args.dataset}` ({len(medians)} "
-            f"placements of {len({m.task for m in medians})} held-out tasks; raw labels, as "
-            "measured by the fbgemm backend: fused kernels timed on this CPU, fp32, "
+            f"placements of {len({m.task for m in medians})} held-out tasks; "
+            + LABEL_WORDS[args.labels]
+            + ", by the fbgemm backend: fused kernels timed on this CPU, fp32, "
             "all-to-all modeled). Models: "
             + "; ".join(f"`{name}` = {path}" for name, path in zip(models, args.model))
             + ". bwd comm is modeled by the backend and by the networks alike (zero error "
@@ -196,6 +211,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--name", action="append", help="a label per --model (default: file)")
     parser.add_argument("--dataset", required=True, help="compare_planners' costs-*.sqlite")
     parser.add_argument("--min-rounds", type=int, default=5, help="interleaved rounds per label")
+    parser.add_argument(
+        "--labels",
+        choices=LABELS,
+        default="raw",
+        help="raw measured costs, or normalised by the reference group timed with each "
+        "measurement, which removes the host's drift between runs (default raw; judge a "
+        "model trained with --labels normalised on normalised medians)",
+    )
     parser.add_argument("--out", help="also write the report to this markdown file")
     args = parser.parse_args(argv)
     args.argv = argv
@@ -216,7 +239,7 @@ def main(argv: list[str] | None = None) -> str:
     models = {name: load_model(path).costnet for name, path in zip(names, args.model)}
     dataset = CostDataset(args.dataset)
     try:
-        medians, by_round = median_examples(dataset, args.min_rounds)
+        medians, by_round = median_examples(dataset, args.min_rounds, args.labels)
     finally:
         dataset.close()
     text = report(args, medians, by_round, models)

@@ -5,6 +5,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -13,9 +14,10 @@ from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
 from dreamshard.costs.types import COST_TERMS
+from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from gpu_tasks.tbe import TimingConfig
-from tests.conftest import SCRIPT
+from tests.conftest import SCRIPT, error_line
 
 FAST = TimingConfig(warmup=1, iterations=2)
 
@@ -121,3 +123,63 @@ def test_killed_collector_resumes_without_duplicates(tmp_path):
         after = db.execute("SELECT key, overall FROM measurements").fetchall()
     assert len(after) == 8 == len({key for key, _ in after})
     assert set(before) <= set(after)  # what was stored is untouched
+
+
+def record_fields(rows) -> dict:
+    """Each record's fields but its row id, by key."""
+    return {r["key"]: {k: r[k] for k in r.keys() if k != "id"} for r in rows}
+
+
+def test_merging_copies_what_is_new_with_every_field(suite, tmp_path):
+    backend = SimulatedBackend(SimulatedModel.load(DEFAULT_PATH))
+    jobs = list(collection_jobs(suite, 5))
+    first, second = CostDataset(tmp_path / "a.sqlite"), CostDataset(tmp_path / "b.sqlite")
+    collect(jobs[:3], backend, first)
+    collect(jobs[1:], backend, second)  # two placements in common with the first
+    merged = CostDataset(tmp_path / "merged.sqlite")
+    assert merged.merge_from(first.path) == 3
+    assert merged.merge_from(second.path) == 2
+    assert merged.merge_from(second.path) == 0
+    expected = {**record_fields(second.rows()), **record_fields(first.rows())}
+    assert record_fields(merged.rows()) == expected
+    assert [r["key"] for r in merged.rows()] == [
+        *(r["key"] for r in first.rows()),
+        *(r["key"] for r in second.rows()[2:]),
+    ]
+
+
+def test_merge_refuses_a_missing_or_broken_source_in_one_line(cli, tmp_path):
+    target = tmp_path / "costs.sqlite"
+    collect(
+        list(collection_jobs(make_suite(parse_suite_name("cpu-12x2", 2, 1)), 2)),
+        SimulatedBackend(),
+        CostDataset(target),
+    )
+    broken = tmp_path / "broken.sqlite"
+    broken.write_text("not a database")
+    for source, words in (
+        (tmp_path / "none.sqlite", "no cost dataset at"),
+        (broken, "cannot open cost dataset"),
+        (target, "being merged into"),
+    ):
+        result = cli("merge", str(source), "--dataset", str(target))
+        assert result.returncode == 2 and words in error_line(result)
+    assert len(CostDataset(target)) == 2  # nothing half-merged
+
+
+def test_fitting_leaves_out_the_suites_test_tasks(tmp_path):
+    """A dataset that holds an evaluation of a suite's test tasks (the main job's does) gives
+    the cost network only the training tasks' measurements to fit."""
+    suite = make_suite(parse_suite_name("cpu-12x2", num_train_tasks=3, num_test_tasks=2))
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    backend = SimulatedBackend()
+    collect(list(collection_jobs(suite, 4)), backend, dataset)
+    held = replace(suite, train_tasks=suite.test_tasks)
+    collect(list(collection_jobs(held, 3)), backend, dataset)
+    everything = load_examples(dataset)
+    fitted = load_examples(dataset, fitting=True)
+    assert len(everything) == 7 and {e.task for e in everything} >= {
+        t.name for t in suite.test_tasks
+    }
+    assert len(fitted) == 4 and all("/train/" in e.task for e in fitted)
+    assert len(measured_rows(dataset, backend.config(), fitting=True)) == 4

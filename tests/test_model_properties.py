@@ -15,6 +15,7 @@ from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.table import Table
+from tests.conftest import give_residual_weights
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -45,8 +46,9 @@ def random_costnet(seed: int) -> CostNet:
     encoder = COSTNET_ENCODERS[seed % len(COSTNET_ENCODERS)]  # both designs
     costnet = CostNet(encoder=encoder)
     with torch.no_grad():
+        give_residual_weights(costnet)
         for name, parameter in costnet.named_parameters():
-            if not (encoder == "exp" and name.startswith("encoder.")):  # exp: keep them small
+            if not (encoder != "relu" and name.startswith("encoder.")):  # exp: keep them small
                 parameter.mul_(3.0)
     return costnet
 

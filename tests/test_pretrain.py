@@ -8,6 +8,7 @@ import pytest
 from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel
+from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.pretrain import (
     host_factor,
@@ -83,8 +84,37 @@ def test_the_prior_puts_the_network_at_this_hosts_scale(tmp_path):
 
 
 def test_only_runs_on_real_hardware_from_scratch_with_raw_labels_fit_the_prior():
+    """(A hybrid network takes its gains with either kind of label.)"""
     assert wants_prior(TrainConfig(backend="fbgemm"))
     assert not wants_prior(TrainConfig(backend="simulated"))
     assert not wants_prior(TrainConfig(backend="fbgemm", pretrain=0))
     assert not wants_prior(TrainConfig(backend="fbgemm", init_model="m.pt"))
     assert not wants_prior(TrainConfig(backend="fbgemm", labels="normalised"))
+    assert wants_prior(TrainConfig(backend="fbgemm", labels="normalised", costnet_encoder="hybrid"))
+
+
+def test_a_hybrid_network_starts_as_the_analytic_model_at_this_hosts_scale(tmp_path):
+    """Before any fitting, a hybrid network predicts each device's compute as a host whose
+    forward kernels take 2x and backward 3x the analytic model's measures it, on tasks it never
+    saw: the model inside it, its gains set per term from the measurements."""
+    suite = make_suite(parse_suite_name("cpu-12x3", num_train_tasks=6, num_test_tasks=3))
+    shipped = SimulatedModel.load()
+    host = SimulatedBackend(
+        SimulatedModel([2.0 * w for w in shipped.fwd], [3.0 * w for w in shipped.bwd])
+    )
+    rows = measured_on(host, suite, 6, tmp_path / "host.sqlite")
+    config = TrainConfig(backend="fbgemm", costnet_encoder="hybrid", seed=0)
+    state = fresh_state(config, host)
+    done = pretrain_costnet(state, config, suite, rows, log=lambda *_: None)
+    assert done["gains"] == pytest.approx([2.0, 3.0]) and done["factor_from"] == 6
+    for job in collection_jobs(replace(suite, train_tasks=suite.test_tasks), 6):
+        predicted, _ = state.costnet.predict_ms(job.task, job.placement)
+        measured = host.measure(job.task, job.placement).devices
+        for term in ("fwd_comp", "bwd_comp"):
+            got = predicted[:, DEVICE_TERMS.index(term)]
+            assert got == pytest.approx([getattr(d, term) for d in measured], rel=1e-4)
+
+
+def test_a_hybrid_network_is_refused_on_the_simulated_backend():
+    with pytest.raises(DreamshardError, match="use --costnet-encoder exp"):
+        fresh_state(TrainConfig(backend="simulated", costnet_encoder="hybrid"))

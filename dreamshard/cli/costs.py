@@ -91,6 +91,17 @@ def cmd_collect(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_merge(args: argparse.Namespace) -> None:
+    from dreamshard.costs.dataset import CostDataset
+    from dreamshard.state import default_dataset_path
+
+    dataset = CostDataset(args.dataset or default_dataset_path())
+    for source in args.sources:
+        added = dataset.merge_from(source)
+        print(f"{added} measurements added from {source}")
+    print(f"{len(dataset)} records in {dataset.path}")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from dreamshard.costs.calibrate import calibrate, describe_fit
     from dreamshard.costs.dataset import CostDataset
@@ -161,6 +172,17 @@ def add_cost_commands(sub) -> None:
     coll.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")
     add_backend_options(coll)
     coll.set_defaults(func=cmd_collect)
+
+    merge = sub.add_parser(
+        "merge",
+        help="copy the measurements of other cost datasets into one (those it holds already, "
+        "by what was measured, are skipped), so training and calibration reuse them all",
+    )
+    merge.add_argument("sources", nargs="+", help="cost dataset files to copy from")
+    merge.add_argument(
+        "--dataset", help="SQLite file to merge into (default .dreamshard/costs.sqlite)"
+    )
+    merge.set_defaults(func=cmd_merge)
 
     cal = sub.add_parser("calibrate", help="fit the simulated backend to real measurements")
     cal.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")

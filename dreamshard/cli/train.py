@@ -90,9 +90,10 @@ def add_train_command(sub) -> None:
         dest="costnet_encoder",
         choices=COSTNET_ENCODERS,
         default=defaults.costnet_encoder,
-        help="the cost network's design: relu (the paper's table encoder) or exp (positive "
-        "table encodings whose per-table costs add up on a device; docs/learning.md) "
-        f"(default {defaults.costnet_encoder})",
+        help="the cost network's design: relu (the paper's table encoder), exp (positive "
+        "table encodings whose per-table costs add up on a device) or hybrid (exp learning a "
+        "residual on top of the calibrated analytic model; real hardware only; "
+        f"docs/learning.md) (default {defaults.costnet_encoder})",
     )
     tr.add_argument(
         "--labels",

@@ -163,6 +163,31 @@ class CostDataset:
         )
         return cursor.rowcount == 1
 
+    def merge_from(self, source: str | Path) -> int:
+        """Copy every measurement of another cost dataset that this one does not hold (by key),
+        in one transaction, in the source's order; returns how many were added."""
+        source = Path(source)
+        if not source.is_file():
+            raise DreamshardError(f"no cost dataset at {source}")
+        if source.resolve() == self.path.resolve():
+            raise DreamshardError(f"{source} is the dataset being merged into")
+        CostDataset(source).close()  # a readable dataset, with today's columns
+        columns = ", ".join(
+            row[1] for row in self._db.execute("PRAGMA table_info(measurements)") if row[1] != "id"
+        )
+        before = len(self)
+        self._db.execute("ATTACH DATABASE ? AS source", (str(source),))
+        try:
+            self._db.execute(
+                f"INSERT OR IGNORE INTO measurements ({columns}) "
+                f"SELECT {columns} FROM source.measurements ORDER BY id"
+            )
+        except sqlite3.DatabaseError as exc:
+            raise DreamshardError(f"cannot merge {source}: {exc}") from None
+        finally:
+            self._db.execute("DETACH DATABASE source")
+        return len(self) - before
+
     def stored_cost(self, key: str) -> PlacementCost | None:
         """The cost stored under `key`, or None when it was never measured successfully."""
         row = self._db.execute(

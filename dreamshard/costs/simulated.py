@@ -37,8 +37,8 @@ from dreamshard.placement.tasks import (
     shard_view,
 )
 from dreamshard.state import calibration_path
-from dreamshard.tables.table import Table
-from dreamshard.tables.traces import DEFAULT_BATCH, expected_unique_rows, table_batch_size
+from dreamshard.tables.table import NUM_BINS, Table
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, unique_rows
 
 GROUP_FEATURES = (
     "call",
@@ -62,18 +62,24 @@ def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:
 def table_quantities(tables: Sequence[Table], batch_size: int) -> np.ndarray:
     """[T, 6] each table's additive share of a group's features: tables (1), lookups, lookup
     volume, touched row bytes / 4, output width, dim. A group's sums give `features_of_sums`."""
-    return np.array(
-        [
-            [
-                1.0,
-                batch_size * t.pooling_factor,
-                batch_size * t.pooling_factor * t.dim,
-                expected_unique_rows(t, batch_size) * t.dim,
-                batch_size * t.dim,
-                t.dim,
-            ]
-            for t in tables
-        ]
+    return quantities_of(
+        np.array([t.dim for t in tables], dtype=np.float64),
+        np.array([t.rows for t in tables], dtype=np.float64),
+        np.array([t.pooling_factor for t in tables], dtype=np.float64),
+        np.array([t.histogram for t in tables], dtype=np.float64).reshape(len(tables), NUM_BINS),
+        batch_size,
+    )
+
+
+def quantities_of(
+    dims: np.ndarray, rows: np.ndarray, pooling: np.ndarray, histograms: np.ndarray, batch: int
+) -> np.ndarray:
+    """`table_quantities` from the tables' numbers: dims, rows, pooling factors [T] and access
+    histograms [T, bins] (what the cost network's hybrid design reads from its features)."""
+    lookups = batch * pooling
+    touched = unique_rows(rows, pooling, histograms, batch) * dims
+    return np.stack(
+        [np.ones_like(dims), lookups, lookups * dims, touched, batch * dims, dims], axis=1
     ).reshape(-1, 6)
 
 

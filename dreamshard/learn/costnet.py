@@ -32,10 +32,16 @@ import torch
 from torch import nn
 
 from dreamshard.costs.comm import get_topology, transfer_many
+from dreamshard.costs.simulated import (
+    GROUP_FEATURES,
+    SimulatedModel,
+    features_of_sums,
+    quantities_of,
+)
 from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
-from dreamshard.tables.features import NUM_FEATURES, feature_matrix
-from dreamshard.tables.traces import table_batch_size
+from dreamshard.tables.features import NUM_FEATURES, feature_matrix, raw_features
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 DEVICE_TERMS = ("fwd_comp", "bwd_comm", "bwd_comp")  # fwd_comm depends on the other devices
 
@@ -113,6 +119,23 @@ class Exp(nn.Module):
 EXP_CLAMP = 30.0
 
 
+class HybridEncoder(nn.Module):
+    """The "hybrid" design's table encoder: the "exp" encoding, followed by the table's additive
+    share of the analytic model's group features (`costs.simulated.table_quantities`, at the
+    training batch size), read back from its 21 features. A device's sum then holds both, and
+    `CostNet.device_costs` turns the second part into the analytic model's prediction."""
+
+    def __init__(self, hidden: int, embed: int, batch: int):
+        super().__init__()
+        self.learned = nn.Sequential(mlp(NUM_FEATURES, hidden, hidden, embed), Exp())
+        self.batch = batch
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        raw = raw_features(features.detach().numpy())
+        quantities = torch.from_numpy(quantities_of(*raw, self.batch)).to(features.dtype)
+        return torch.cat([self.learned(features), quantities], dim=-1)
+
+
 class CostNet(nn.Module):
     """The cost network. Two designs, chosen by `encoder` (a model file records which):
 
@@ -124,6 +147,11 @@ class CostNet(nn.Module):
       cost can be exactly a sum of per-table costs and stays right when a device holds more
       tables than any it was trained on. On exact costs this halves the per-device error on
       held-out tables (docs/learning.md).
+    - "hybrid": "exp" learning a residual on top of the calibrated analytic model (`analytic`:
+      its forward and backward weights and the batch size). A device's compute is the analytic
+      prediction times a learned per-term gain (`gain`, log scale, set to this host's
+      measured / analytic ratio before fitting) plus the "exp" heads, which start at zero.
+      For real hardware only: on the simulated backend the analytic model is the answer.
     """
 
     def __init__(
@@ -133,6 +161,7 @@ class CostNet(nn.Module):
         head_hidden: int = 64,
         comm: dict | None = None,
         encoder: str = "relu",
+        analytic: dict | None = None,
     ):
         super().__init__()
         if encoder not in COSTNET_ENCODERS:
@@ -147,7 +176,19 @@ class CostNet(nn.Module):
             "encoder": encoder,
         }
         self.comm = comm  # {"topology": name, "batch": default batch size} or None
-        if encoder == "exp":
+        self.analytic = None
+        if encoder == "hybrid":
+            if analytic is None:  # this host's calibration (else the shipped one), cpu batch
+                model = SimulatedModel.load()
+                analytic = {"fwd": model.fwd, "bwd": model.bwd, "batch": DEFAULT_BATCH}
+            self.config["analytic"] = analytic
+            self.analytic = np.zeros((len(GROUP_FEATURES), len(DEVICE_TERMS)))
+            self.analytic[:, DEVICE_TERMS.index("fwd_comp")] = analytic["fwd"]
+            self.analytic[:, DEVICE_TERMS.index("bwd_comp")] = analytic["bwd"]
+            self.encoder = HybridEncoder(hidden, embed, analytic["batch"])
+            with torch.no_grad():
+                self.encoder.learned[0][-1].bias.fill_(-3.0)
+        elif encoder == "exp":
             self.encoder = nn.Sequential(mlp(NUM_FEATURES, hidden, hidden, embed), Exp())
             with torch.no_grad():  # start with small encodings: device sums stay near 1
                 self.encoder[0][-1].bias.fill_(-3.0)
@@ -155,8 +196,25 @@ class CostNet(nn.Module):
             self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.device_heads = nn.ModuleList(mlp(embed, head_hidden, 1) for _ in DEVICE_TERMS)
         # the heads' linear terms in the device sum, one column per head ("exp" design)
-        self.skip = nn.Linear(embed, len(DEVICE_TERMS), bias=False) if encoder == "exp" else None
+        residual = encoder in ("exp", "hybrid")
+        self.skip = nn.Linear(embed, len(DEVICE_TERMS), bias=False) if residual else None
+        self.embed = embed
+        self.gain = None
+        if self.analytic is not None:  # the residual starts at zero: the analytic model alone
+            self.gain = nn.Parameter(torch.zeros(len(DEVICE_TERMS)))
+            with torch.no_grad():
+                self.skip.weight.zero_()
+                for head in self.device_heads:
+                    head[-1].weight.zero_()
+                    head[-1].bias.zero_()
         self.register_buffer("scale", torch.tensor(1.0))
+
+    def analytic_ms(self, vectors: np.ndarray) -> np.ndarray:
+        """[..., 3] the analytic model's per-device costs in ms (bwd_comm zero) from device
+        vectors [..., embed + 6] of the hybrid design; float32."""
+        sums = np.asarray(vectors, dtype=np.float64)[..., self.embed :]
+        features = features_of_sums(sums.reshape(-1, sums.shape[-1]))
+        return (features @ self.analytic).reshape(*sums.shape[:-1], -1).astype(np.float32)
 
     def device_vectors(self, batch: PlacementBatch) -> torch.Tensor:
         """[devices, embed]: the sum of each device's table encodings (zeros when empty)."""
@@ -167,9 +225,13 @@ class CostNet(nn.Module):
     def device_costs(self, vectors: torch.Tensor) -> torch.Tensor:
         """[..., 3] scaled per-device costs from device vectors [..., embed]; zeros for a device
         whose vector is zero (no tables, or only tables the encoder maps to nothing)."""
-        costs = torch.cat([head(vectors) for head in self.device_heads], dim=-1)
+        learned = vectors[..., : self.embed]
+        costs = torch.cat([head(learned) for head in self.device_heads], dim=-1)
         if self.skip is not None:
-            costs = costs + self.skip(vectors)
+            costs = costs + self.skip(learned)
+        if self.analytic is not None:
+            base = torch.from_numpy(self.analytic_ms(vectors.detach().numpy()))
+            costs = costs + base * torch.exp(self.gain) / self.scale
         return costs * occupied(vectors)[..., None]
 
     def overall(
@@ -213,15 +275,27 @@ class CostNet(nn.Module):
         w2 = np.stack([h[1].weight.detach().numpy()[0] for h in layers])  # [3, hidden]
         b2 = np.array([h[1].bias.item() for h in layers], dtype=np.float32)
         skip = None if self.skip is None else self.skip.weight.detach().numpy().T  # [embed, 3]
+        embed, base = self.embed, self.numpy_base()
 
         def heads(vectors: np.ndarray) -> np.ndarray:
-            hidden = np.maximum(vectors @ w1 + b1, 0).reshape(*vectors.shape[:-1], 3, -1)
+            learned = vectors[..., :embed]
+            hidden = np.maximum(learned @ w1 + b1, 0).reshape(*vectors.shape[:-1], 3, -1)
             costs = (hidden * w2).sum(axis=-1) + b2
             if skip is not None:
-                costs = costs + vectors @ skip
+                costs = costs + learned @ skip
+            if base is not None:
+                costs = costs + base(vectors)
             return costs * (np.abs(vectors).sum(axis=-1, keepdims=True) > 0)
 
         return heads
+
+    def numpy_base(self):
+        """The hybrid design's analytic part as a NumPy function of device vectors
+        [..., embed + 6] -> scaled costs [..., 3] (gains applied), or None for other designs."""
+        if self.analytic is None:
+            return None
+        gain = (torch.exp(self.gain) / self.scale).detach().numpy()
+        return lambda vectors: self.analytic_ms(vectors) * gain
 
     def comm_ms(self, task: PlacementTask, devices: np.ndarray) -> np.ndarray | None:
         """[..., D] the modeled all-to-all ms of placements `devices` [..., T] of `task`, or

@@ -13,6 +13,7 @@ from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.train_config import LABELS
+from dreamshard.placement.suites import held_out
 from dreamshard.tables.features import FEATURE_NAMES, feature_matrix
 
 
@@ -33,9 +34,10 @@ class Example:
 
 
 def load_examples(
-    dataset: CostDataset, config: dict | None = None, labels: str = "raw"
+    dataset: CostDataset, config: dict | None = None, labels: str = "raw", fitting: bool = False
 ) -> list[Example]:
-    """Every successful measurement (taken with backend settings `config`, when given).
+    """Every successful measurement (taken with backend settings `config`, when given;
+    `fitting`: only those a network may be fitted on, see `measured_rows`).
 
     `labels="normalised"` labels each with its cost normalised by the reference group timed
     with it (costs/reference.py), so labels from different runs agree; measurements without a
@@ -44,8 +46,8 @@ def load_examples(
     if labels not in LABELS:
         raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
     examples = []
-    for row in measured_rows(dataset, config):
-        cost = _record_cost(row)
+    for row in measured_rows(dataset, config, fitting):
+        cost = record_cost(row)
         if labels == "normalised":
             if normalisation_factor(cost.info) is None or cost.comm == "measured":
                 continue
@@ -68,14 +70,21 @@ def load_examples(
     return examples
 
 
-def measured_rows(dataset: CostDataset, config: dict | None = None) -> list:
+def measured_rows(dataset: CostDataset, config: dict | None = None, fitting: bool = False) -> list:
     """The dataset's successful measurements (taken with backend settings `config`, when
-    given), oldest first."""
+    given), oldest first. `fitting` leaves out the measurements of suites' test tasks
+    (`placement.suites.held_out`): a dataset that also holds an evaluation (the main job's
+    does) must not teach the network the tasks it is judged on."""
     wanted = json.dumps(config, sort_keys=True) if config is not None else None
-    return [r for r in dataset.rows(status="ok") if wanted is None or r["config"] == wanted]
+    return [
+        r
+        for r in dataset.rows(status="ok")
+        if (wanted is None or r["config"] == wanted) and not (fitting and held_out(r["task"]))
+    ]
 
 
-def _record_cost(row) -> PlacementCost:
+def record_cost(row) -> PlacementCost:
+    """A stored measurement's cost, with its info (the reference time among it)."""
     devices = tuple(DeviceCost(**c) for c in record_costs(row))
     info = json.loads(row["info"]) if row["info"] else {}
     return PlacementCost(devices, row["backend"], row["comm"] or "", info)

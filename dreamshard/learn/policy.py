@@ -294,6 +294,8 @@ class DeviceScorer:
         self.skip_w = None
         if costnet.skip is not None:
             self.skip_w = costnet.skip.weight.detach().numpy().T @ cost_w
+        # the hybrid design's analytic costs, through the encoder's weights alone
+        self.base, self.base_w, self.cost_embed = costnet.numpy_base(), cost_w, costnet.embed
         (w1, self.b1), (w2, b2) = linear_weights(policy.scorer)
         self.w1_policy = w1[: self.embed]
         self.w1_cost = w1[self.embed : 2 * self.embed]
@@ -304,11 +306,14 @@ class DeviceScorer:
         """[n, hidden] first-layer pre-activation of device states [n, embed + cost embed]
         without the table's share."""
         policy_sum, cost_sum = state[:, : self.embed], state[:, self.embed :]
-        hidden = np.maximum(cost_sum @ self.head_in + self.head_in_bias, 0)
+        learned = cost_sum[:, : self.cost_embed]
+        hidden = np.maximum(learned @ self.head_in + self.head_in_bias, 0)
         occupied = np.abs(cost_sum).sum(axis=-1, keepdims=True) > 0
         head_costs = hidden @ self.cost_w + self.cost_head_b
         if self.skip_w is not None:
-            head_costs = head_costs + cost_sum @ self.skip_w
+            head_costs = head_costs + learned @ self.skip_w
+        if self.base is not None:
+            head_costs = head_costs + self.base(cost_sum) @ self.base_w
         encoded_costs = np.maximum(occupied * head_costs + self.cost_b, 0)
         return policy_sum @ self.w1_policy + encoded_costs @ self.w1_cost + self.b1
 

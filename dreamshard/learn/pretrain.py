@@ -29,9 +29,10 @@ import torch
 
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.costs.dataset import record_costs, record_task
+from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
-from dreamshard.learn.costnet_data import Example, measured_rows
+from dreamshard.learn.costnet_data import Example, measured_rows, record_cost
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import Suite
@@ -84,13 +85,52 @@ def prior_examples(
     return examples
 
 
+def term_factors(
+    rows: Sequence, simulated: SimulatedBackend, labels: str = "raw"
+) -> tuple[float, float]:
+    """`host_factor` per term: (forward, backward) measured / simulated compute, the measured
+    costs as the network's `labels` are (normalised ones: only rows with a reference time)."""
+    ratios = []
+    for row in rows:
+        measured = record_cost(row)
+        if labels == "normalised":
+            if normalisation_factor(measured.info) is None:
+                continue
+            measured = normalised(measured)
+        modeled = simulated.measure(*record_task(row)).devices
+        ratios.append(
+            [
+                sum(getattr(d, term) for d in measured.devices)
+                / sum(getattr(d, term) for d in modeled)
+                for term in ("fwd_comp", "bwd_comp")
+            ]
+        )
+    return tuple(np.median(ratios, axis=0)) if ratios else (1.0, 1.0)
+
+
 def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, log) -> dict:
     """Fit `state.costnet` on the simulated prior (`config.pretrain` placements,
     `config.pretrain_steps` steps, its own decaying learning rate), scaled to this host by the
     measurements `rows`; then give it a fresh optimizer for the real data. Returns what was
-    done, for the model's metadata."""
+    done, for the model's metadata.
+
+    A hybrid network holds the analytic model itself: its gains start at this host's forward
+    and backward measured / simulated ratios instead, and nothing is fitted."""
     topology = state.costnet.comm["topology"] if state.costnet.comm else "cpu-gloo"
     simulated = SimulatedBackend(topology=topology)
+    if state.costnet.gain is not None:
+        factors = term_factors(rows, simulated, config.labels)
+        with torch.no_grad():
+            for term, factor in zip(("fwd_comp", "bwd_comp"), factors):
+                state.costnet.gain[DEVICE_TERMS.index(term)] = float(np.log(factor))
+        state.costnet_optimizer = torch.optim.Adam(
+            state.costnet.parameters(), lr=config.learning_rate
+        )
+        log(
+            f"hybrid cost network: analytic model x {factors[0]:.3f} forward, "
+            f"x {factors[1]:.3f} backward (measured / simulated over {len(rows)} measurements)"
+        )
+        return {"gains": list(map(float, factors)), "factor_from": len(rows)}
     factor = host_factor(rows, simulated)
     examples = prior_examples(suite, config.pretrain, simulated, factor)
     log(
@@ -110,11 +150,12 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
 
 
 def wants_prior(config: TrainConfig) -> bool:
-    """Whether a run fits the simulated prior first: on real hardware, from scratch, with raw
-    labels (the prior is scaled to raw measurements)."""
+    """Whether a run fits the simulated prior first (sets a hybrid network's gains): on real
+    hardware, from scratch, with raw labels (the prior is scaled to raw measurements; a hybrid
+    network's gains follow either kind of label)."""
     return (
         bool(config.pretrain)
         and config.backend != "simulated"
         and not config.init_model
-        and config.labels == "raw"
+        and (config.labels == "raw" or config.costnet_encoder == "hybrid")
     )

@@ -20,6 +20,7 @@ import torch
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.simulated import SimulatedModel
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.costnet_data import Example, load_examples
@@ -38,7 +39,7 @@ from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet, wants_prior
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.tables.traces import DEFAULT_BATCH
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 
 @dataclass
@@ -65,6 +66,21 @@ def modeled_comm(backend) -> dict | None:
     return {"topology": topology, "batch": int(getattr(backend, "batch_size", DEFAULT_BATCH))}
 
 
+def hybrid_base(config: TrainConfig, comm: dict | None) -> dict:
+    """The hybrid cost network's analytic model: the simulated backend's weights (this host's
+    calibration, else the shipped ones) and the batch size of the suite's traces."""
+    if config.backend == "simulated":
+        raise DreamshardError(
+            "the hybrid cost network learns a residual on the simulated backend's own model, "
+            "so on --backend simulated it would start at the answer; use --costnet-encoder exp"
+        )
+    spec = parse_suite_name(config.suite, num_train_tasks=1, num_test_tasks=1)
+    tables = make_suite(spec).train_tasks[0].tables
+    batch = table_batch_size(tables, comm["batch"] if comm else DEFAULT_BATCH)
+    model = SimulatedModel.load()
+    return {"fwd": list(model.fwd), "bwd": list(model.bwd), "batch": int(batch)}
+
+
 def fresh_state(config: TrainConfig, backend=None) -> TrainState:
     """Untrained networks (or `config.init_model`'s) and optimizers; `backend` (the run's,
     made from `config` when not given) says whether the cost network models communication."""
@@ -72,7 +88,8 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
     if backend is None:
         backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     comm = modeled_comm(backend)
-    costnet = CostNet(comm=comm, encoder=config.costnet_encoder)
+    analytic = hybrid_base(config, comm) if config.costnet_encoder == "hybrid" else None
+    costnet = CostNet(comm=comm, encoder=config.costnet_encoder, analytic=analytic)
     policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
         start = load_model(config.init_model)
@@ -191,7 +208,9 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     Returns (model with an untrained policy, per-step losses, held-out errors).
     """
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
-    examples = load_examples(CostDataset(dataset_path(config)), backend.config(), config.labels)
+    examples = load_examples(
+        CostDataset(dataset_path(config)), backend.config(), config.labels, fitting=True
+    )
     if len(examples) < 5:
         raise DreamshardError(
             f"{dataset_path(config)} holds {len(examples)} measurements on this backend's "
@@ -201,7 +220,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     state = fresh_state(config, backend)
     if wants_prior(config):  # scaled to this host by the fitted measurements only
         spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks)
-        rows = measured_rows(CostDataset(dataset_path(config)), backend.config())
+        rows = measured_rows(CostDataset(dataset_path(config)), backend.config(), fitting=True)
         state.prior = pretrain_costnet(state, config, make_suite(spec), rows[:cut], log)
     fit_config = replace(config, iterations=1)
     losses = fit_costnet(state, fit_config, examples[:cut])
@@ -242,7 +261,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         jobs = collection_jobs(suite, config.warm_start, device_counts=config.warm_start_devices)
         collect(list(jobs), backend, dataset, spec.name)
     if not state.iteration and wants_prior(config):
-        rows = measured_rows(dataset, backend.config())
+        rows = measured_rows(dataset, backend.config(), fitting=True)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
@@ -250,7 +269,9 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     while state.iteration < config.iterations:
         start = time.monotonic()
         summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name)
-        examples: list[Example] = load_examples(dataset, backend.config(), config.labels)
+        examples: list[Example] = load_examples(
+            dataset, backend.config(), config.labels, fitting=True
+        )
         losses = fit_costnet(state, config, examples)
         rewards = train_policy(state, config, tasks)
         state.iteration += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
-COSTNET_ENCODERS = ("relu", "exp")  # learn/costnet.py, CostNet (kept here free of torch)
+COSTNET_ENCODERS = ("relu", "exp", "hybrid")  # learn/costnet.py, CostNet (kept here free of torch)
 LABELS = ("raw", "normalised")  # learn/costnet_data.py, load_examples
 
 

@@ -98,6 +98,12 @@ def _sample_task(
             slack *= 1.05  # too tight for any packing found: loosen this task a little
 
 
+def held_out(task_name: str) -> bool:
+    """Whether a task is a suite's test task (its tables come from the held-out pool): its
+    measurements are never fitted, so that evaluations on it stay honest."""
+    return "/test/" in task_name
+
+
 def make_suite(spec: SuiteSpec | str) -> Suite:
     """Build a suite from its spec (or name); the same spec always gives the same suite."""
     if isinstance(spec, str):

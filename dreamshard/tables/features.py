@@ -45,3 +45,13 @@ def feature_matrix(tables: Sequence[Table]) -> np.ndarray:
     if not tables:
         return np.zeros((0, NUM_FEATURES), dtype=np.float32)
     return np.stack([feature_vector(t) for t in tables])
+
+
+def raw_features(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dims, rows, pooling factors, histograms) back from feature rows [T, 21]: the inverse
+    of `feature_vector` (dims and rows rounded to whole numbers)."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    dims = np.rint(2.0 ** (7.0 * matrix[:, 0]))
+    rows = np.rint(10.0 ** (8.0 * matrix[:, 1]))
+    pooling = 10.0 ** (3.0 * matrix[:, 2]) - 1.0
+    return dims, rows, pooling, matrix[:, 4:]

@@ -29,8 +29,17 @@ DEFAULT_BATCH = 2048
 
 def expected_unique_rows(table: Table, batch_size: int) -> float:
     """Unique rows a batch touches: lookups over the mean access count, at most rows."""
-    mean_count = float(np.dot(table.histogram, TYPICAL_COUNT)) or 1.0
-    return min(float(table.rows), batch_size * table.pooling_factor / mean_count)
+    return float(
+        unique_rows(table.rows, table.pooling_factor, np.asarray(table.histogram), batch_size)
+    )
+
+
+def unique_rows(rows, pooling, histogram: np.ndarray, batch_size: int) -> np.ndarray:
+    """`expected_unique_rows` of many tables at once: rows [T], pooling factors [T] and access
+    histograms [T, NUM_BINS] (or one table's scalars and [NUM_BINS])."""
+    mean_count = np.asarray(histogram, dtype=np.float64) @ TYPICAL_COUNT
+    mean_count = np.where(mean_count > 0, mean_count, 1.0)
+    return np.minimum(np.asarray(rows, np.float64), batch_size * np.asarray(pooling) / mean_count)
 
 
 def table_batch_size(tables: Sequence[Table], default: int) -> int:
