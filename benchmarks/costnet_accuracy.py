@@ -2,7 +2,8 @@
 targets (per-device compute MAPE under 7%, overall-cost Spearman within a task above 0.95).
 
 Run: .venv/bin/python benchmarks/costnet_accuracy.py --model PATH [--model PATH ...]
-         --dataset COSTS.sqlite [--min-rounds 5] [--out REPORT.md]
+         --dataset COSTS.sqlite [--min-rounds 5] [--labels raw|normalised]
+         [--remeasure FRESH.sqlite] [--out REPORT.md]
 
 The labels are medians: each placement of `--dataset` measured in at least `--min-rounds`
 interleaved rounds (compare_planners' rounds 1000-1999; its store is
@@ -13,7 +14,10 @@ all: MAPE of each head against the medians, and the mean over tasks of the overa
 Spearman correlation across that task's placements (the planners' plans: what a planner picks
 among). Beside them, the noise floor: the same figures for one round's measurement against the
 median of all rounds (the median of the rounds' figures), which no model can beat by much.
-Nothing is measured here. Writes `--out` (markdown) when given, and prints the report.
+Nothing is measured, unless `--remeasure` asks for the same placements measured again now (a
+host's speed drifts by 5-50% over hours, and a model's labels and the medians it is judged on
+should come from the same stretch of time). Writes `--out` (markdown) when given, and prints
+the report.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dreamshard.costs.dataset import CostDataset, hardware, record_task, versions
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.dataset import (
+    CostDataset,
+    hardware,
+    measurement_key,
+    record_task,
+    versions,
+)
 from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
@@ -78,6 +89,39 @@ def median_examples(
         for k, single in enumerate(singles):
             by_round[k].append(single)
     return medians, by_round
+
+
+def remeasure(source: CostDataset, into: CostDataset, rounds: int, seed: int = 0) -> int:
+    """Measure the placements `source` holds in `rounds` interleaved rounds again, now, on this
+    host's fbgemm backend, into `into` (rounds 1000 on, each round in a fresh random order). A
+    measurement already stored there is not repeated, so a killed run resumes. Returns how many
+    were measured."""
+    items, seen = [], set()
+    for row in source.rows(status="ok"):
+        if row["round"] in INTERLEAVED and (row["task"], row["placement"]) not in seen:
+            seen.add((row["task"], row["placement"]))
+            items.append((row["suite"] or "", *record_task(row)))
+    if not items:
+        raise DreamshardError(f"{source.path} holds no interleaved rounds to measure again")
+    backend = make_backend("fbgemm")
+    config = backend.config()
+    rng, measured, start = np.random.default_rng(seed), 0, time.monotonic()
+    for r in range(rounds):
+        for i in rng.permutation(len(items)):
+            suite, task, placement = items[i]
+            key = measurement_key(task, placement, config, INTERLEAVED[r])
+            if into.has(key):
+                continue
+            cost = backend.measure(task, placement)
+            into.append(key, task, placement, cost, config, suite, INTERLEAVED[r])
+            measured += 1
+        print(
+            f"round {r + 1}/{rounds}: {len(items)} placements "
+            f"({(time.monotonic() - start) / 60:.1f} min so far)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return measured
 
 
 def _example(row, labels: str) -> Example:
@@ -181,7 +225,9 @@ def report(args: argparse.Namespace, medians, by_round, models: dict[str, object
             f"# The cost network against interleaved medians ({time.strftime('%Y-%m-%d %H:%M')})",
             "",
             f"Host: {hardware()}; {versions()}. Labels: the median of {args.min_rounds} "
-            f"interleaved rounds per placement, from `{args.dataset}` ({len(medians)} "
+            f"interleaved rounds per placement, from `{args.remeasure or args.dataset}`"
+            + (f" (measured again from `{args.dataset}`)" if args.remeasure else "")
+            + f" ({len(medians)} "
             f"placements of {len({m.task for m in medians})} held-out tasks; "
             + LABEL_WORDS[args.labels]
             + ", by the fbgemm backend: fused kernels timed on this CPU, fp32, "
@@ -219,6 +265,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "measurement, which removes the host's drift between runs (default raw; judge a "
         "model trained with --labels normalised on normalised medians)",
     )
+    parser.add_argument(
+        "--remeasure",
+        metavar="DATASET",
+        help="measure --dataset's placements again now, in --min-rounds interleaved rounds, "
+        "into this cost dataset (resumable), and judge on those medians: a model trained "
+        "minutes before is then judged without hours of host drift between its labels and "
+        "the medians (about 2 s a placement per round here)",
+    )
     parser.add_argument("--out", help="also write the report to this markdown file")
     args = parser.parse_args(argv)
     args.argv = argv
@@ -239,6 +293,11 @@ def main(argv: list[str] | None = None) -> str:
     models = {name: load_model(path).costnet for name, path in zip(names, args.model)}
     dataset = CostDataset(args.dataset)
     try:
+        if args.remeasure:
+            fresh = CostDataset(args.remeasure)
+            remeasure(dataset, fresh, args.min_rounds)
+            dataset.close()
+            dataset = fresh
         medians, by_round = median_examples(dataset, args.min_rounds, args.labels)
     finally:
         dataset.close()

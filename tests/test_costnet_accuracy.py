@@ -14,6 +14,7 @@ from conftest import load_benchmark
 
 from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.reference import NOMINAL_MS, reference_info
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
 from dreamshard.learn.costnet_data import load_examples
@@ -53,15 +54,18 @@ def models(tmp_path_factory):
     return model_file(folder / "fitted.pt", state.costnet), model_file(folder / "fresh.pt", fresh)
 
 
-def interleaved_dataset(path: Path, noise: float) -> Path:
+def interleaved_dataset(
+    path: Path, noise: float, reference: bool = False, rounds: range = ROUNDS
+) -> Path:
     """The heuristics' and two random placements of the suite's 2 test tasks, each stored in 5
-    interleaved rounds: exact simulated costs times a per-round factor 1 + noise * N(0, 1)."""
+    interleaved rounds: exact simulated costs times a per-round factor 1 + noise * N(0, 1)
+    (with `reference`, each measurement also records a reference group slowed alike)."""
     backend, rng = SimulatedBackend(), np.random.default_rng(0)
     dataset = CostDataset(path)
     for task in make_suite(parse_suite_name(SUITE, 1, 2)).test_tasks:
         placements = [greedy_place(task, key) for key in HEURISTIC_KEYS]
         placements += [random_place(task, seed) for seed in (1, 2)]
-        for round_ in ROUNDS:
+        for round_ in rounds:
             for placement in placements:
                 exact = backend.measure(task, placement)
                 factor = 1 + noise * rng.standard_normal()
@@ -72,6 +76,9 @@ def interleaved_dataset(path: Path, noise: float) -> Path:
                     ),
                     exact.backend,
                     exact.comm,
+                    reference_info(NOMINAL_MS["cpu"] * factor, 0.0, 1.0, "cpu")
+                    if reference
+                    else {},
                 )
                 key = measurement_key(task, placement, backend.config(), round_)
                 dataset.append(key, task, placement, cost, backend.config(), SUITE, round_)
@@ -135,3 +142,54 @@ def test_a_dataset_without_interleaved_rounds_is_refused_in_one_line(tmp_path, m
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert "no placement measured in 5 interleaved rounds" in result.stderr
+
+
+def test_normalised_medians_divide_out_the_drift_the_reference_saw(tmp_path, models):
+    """Each round's measurements are 10% noisy, but the reference group timed with them was
+    slowed alike: normalised, every round is the exact cost and the noise floor is zero."""
+    dataset = interleaved_dataset(tmp_path / "rounds.sqlite", noise=0.1, reference=True)
+    bench = load_benchmark("costnet_accuracy")
+    args = ["--model", str(models[0]), "--dataset", str(dataset)]
+    raw = bench.main(args)
+    normalised = bench.main([*args, "--labels", "normalised"])
+    assert float(figures(raw, "all tasks", "one round (noise floor)")[0].rstrip("%")) > 2.0
+    assert figures(normalised, "all tasks", "one round (noise floor)")[0] == "0.0%"
+    assert "labels normalised by the reference group" in normalised
+    plain = interleaved_dataset(tmp_path / "plain.sqlite", noise=0.1)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args[:2], "--dataset", plain, "--labels", "normalised"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and result.stderr.strip().count("\n") == 0
+    assert "has no reference time; use --labels raw" in result.stderr
+
+
+def test_remeasure_measures_every_placement_again_now_and_resumes(tmp_path, models):
+    """`--remeasure` measures the stored placements again on real kernels, each in every fresh
+    interleaved round, into its own dataset; run again, it measures nothing twice."""
+    bench = load_benchmark("costnet_accuracy")
+    source = CostDataset(
+        interleaved_dataset(tmp_path / "old.sqlite", 0.0, rounds=range(1000, 1002))
+    )
+    fresh = CostDataset(tmp_path / "fresh.sqlite")
+    assert bench.remeasure(source, fresh, rounds=2) == 24  # 2 tasks x 6 placements x 2 rounds
+    assert bench.remeasure(source, fresh, rounds=2) == 0
+    rows = fresh.rows()
+    assert {r["backend"] for r in rows} == {"fbgemm"} and {r["round"] for r in rows} == {1000, 1001}
+    assert {(r["task"], r["placement"]) for r in rows} == {
+        (r["task"], r["placement"]) for r in source.rows()
+    }
+    report = bench.main(
+        [
+            "--model",
+            str(models[0]),
+            "--dataset",
+            str(source.path),
+            "--min-rounds",
+            "2",
+            "--remeasure",
+            str(fresh.path),
+        ]
+    )
+    assert f"from `{fresh.path}` (measured again from `{source.path}`)" in report

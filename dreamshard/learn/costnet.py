@@ -137,7 +137,7 @@ class HybridEncoder(nn.Module):
 
 
 class CostNet(nn.Module):
-    """The cost network. Two designs, chosen by `encoder` (a model file records which):
+    """The cost network. Three designs, chosen by `encoder` (a model file records which):
 
     - "relu" (the paper's, and every model saved before it had a choice): the encoder
       21 -> hidden -> embed ends in a ReLU, and each device head is an MLP of the device sum.
@@ -217,7 +217,8 @@ class CostNet(nn.Module):
         return (features @ self.analytic).reshape(*sums.shape[:-1], -1).astype(np.float32)
 
     def device_vectors(self, batch: PlacementBatch) -> torch.Tensor:
-        """[devices, embed]: the sum of each device's table encodings (zeros when empty)."""
+        """[devices, embed] (hybrid: embed + 6): the sum of each device's table encodings (zeros
+        when empty)."""
         encoded = self.encoder(batch.features)
         out = encoded.new_zeros(len(batch.device_placement), encoded.shape[1])
         return out.index_add(0, batch.table_device, encoded)
