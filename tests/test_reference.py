@@ -39,6 +39,8 @@ def test_every_in_process_measurement_records_its_reference():
     cost = backend.measure(tiny_task(), Placement((0, 0, 1, 1)))
     assert cost.info["reference_ms"] > 0
     assert cost.info["reference_nominal_ms"] == NOMINAL_MS["cpu"] > 0
+    terms = cost.info["reference_fwd_ms"], cost.info["reference_bwd_ms"]
+    assert min(terms) > 0 and sum(terms) == pytest.approx(cost.info["reference_ms"])
     # the reference leaves what a measurement means, and so its dataset key, alone
     assert backend.config() == FbgemmBackend(timing=FAST, reference=False).config()
 

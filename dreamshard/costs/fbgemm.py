@@ -137,7 +137,13 @@ class FbgemmBackend:
                 reference = GroupInput.of(tables, table_batch_size(tables, self.batch_size))
                 timings, ref = time_groups_with_reference(groups, reference, self.timing)
                 spent = sum(ref.fwd_samples) + sum(ref.bwd_samples)
-                info = reference_info(ref.fwd_ms + ref.bwd_ms, ref.cv, spent, self.device_kind())
+                info = reference_info(
+                    ref.fwd_ms + ref.bwd_ms,
+                    ref.cv,
+                    spent,
+                    self.device_kind(),
+                    (ref.fwd_ms, ref.bwd_ms),
+                )
             else:
                 timings = time_groups(groups, self.timing)
         except GroupFailure as exc:

@@ -39,9 +39,21 @@ def reference_tables() -> list[Table]:
     return generate_tables("cpu", REFERENCE_TABLES, seed=REFERENCE_SEED)
 
 
-def reference_info(measured_ms: float, cv: float, kernel_ms: float, device_kind: str) -> dict:
-    """What a measurement records about its reference (goes into `PlacementCost.info`)."""
+def reference_info(
+    measured_ms: float,
+    cv: float,
+    kernel_ms: float,
+    device_kind: str,
+    terms_ms: tuple[float, float] | None = None,
+) -> dict:
+    """What a measurement records about its reference (goes into `PlacementCost.info`);
+    `terms_ms`: its forward and backward medians apart, recorded for a per-term normalisation
+    (docs/learning.md: one factor leaves the two terms' drift apart uncorrected)."""
+    terms = (
+        {} if terms_ms is None else dict(zip(("reference_fwd_ms", "reference_bwd_ms"), terms_ms))
+    )
     return {
+        **terms,
         "reference_ms": measured_ms,
         "reference_cv": cv,
         "reference_kernel_ms": kernel_ms,  # all its timed iterations: what it cost
