@@ -173,13 +173,12 @@ def test_remeasure_measures_every_placement_again_now_and_resumes(tmp_path, mode
         interleaved_dataset(tmp_path / "old.sqlite", 0.0, rounds=range(1000, 1002))
     )
     fresh = CostDataset(tmp_path / "fresh.sqlite")
-    assert bench.remeasure(source, fresh, rounds=2) == 24  # 2 tasks x 6 placements x 2 rounds
+    placements = {(r["task"], r["placement"]) for r in source.rows()}  # heuristics may agree
+    assert bench.remeasure(source, fresh, rounds=2) == 2 * len(placements) > 2
     assert bench.remeasure(source, fresh, rounds=2) == 0
     rows = fresh.rows()
     assert {r["backend"] for r in rows} == {"fbgemm"} and {r["round"] for r in rows} == {1000, 1001}
-    assert {(r["task"], r["placement"]) for r in rows} == {
-        (r["task"], r["placement"]) for r in source.rows()
-    }
+    assert {(r["task"], r["placement"]) for r in rows} == placements
     report = bench.main(
         [
             "--model",
