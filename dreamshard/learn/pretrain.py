@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dreamshard.costs.collect import collection_jobs
-from dreamshard.costs.dataset import record_costs, record_task
+from dreamshard.costs.dataset import record_task
 from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
@@ -47,13 +47,41 @@ def host_factor(rows: Sequence, simulated: SimulatedBackend) -> float:
     """Median over stored measurements `rows` of measured / simulated compute (every device's
     fwd_comp + bwd_comp; the exchange is the same topology model on both sides), 1.0 when
     there are none: the simulated model's milliseconds scaled to this host."""
-    ratios = []
+    sums = compute_sums(rows, simulated)
+    return float(np.median(sums[:, :2].sum(1) / sums[:, 2:].sum(1))) if len(sums) else 1.0
+
+
+def term_factors(
+    rows: Sequence, simulated: SimulatedBackend, labels: str = "raw"
+) -> tuple[float, float]:
+    """`host_factor` per term: (forward, backward) measured / simulated compute, the measured
+    costs as the network's `labels` are (normalised ones: only rows with a reference time)."""
+    sums = compute_sums(rows, simulated, labels)
+    if not len(sums):
+        return 1.0, 1.0
+    ratios = np.median(sums[:, :2] / sums[:, 2:], axis=0)
+    return float(ratios[0]), float(ratios[1])
+
+
+def compute_sums(rows: Sequence, simulated: SimulatedBackend, labels: str = "raw") -> np.ndarray:
+    """[rows, 4] each measurement's fwd_comp and bwd_comp summed over its devices, measured
+    (as `labels` are; normalised: only rows with a reference time) and simulated."""
+    sums = []
     for row in rows:
-        task, placement = record_task(row)
-        measured = sum(c["fwd_comp"] + c["bwd_comp"] for c in record_costs(row))
-        modeled = sum(d.fwd_comp + d.bwd_comp for d in simulated.measure(task, placement).devices)
-        ratios.append(measured / modeled)
-    return float(np.median(ratios)) if ratios else 1.0
+        measured = record_cost(row)
+        if labels == "normalised":
+            if normalisation_factor(measured.info) is None:
+                continue
+            measured = normalised(measured)
+        modeled = simulated.measure(*record_task(row)).devices
+        sums.append(
+            [
+                sum(getattr(d, term) for d in devices)
+                for devices in (measured.devices, modeled)
+                for term in ("fwd_comp", "bwd_comp")
+            ]
+        )
+    return np.array(sums, dtype=np.float64).reshape(-1, 4)
 
 
 def prior_examples(
@@ -83,29 +111,6 @@ def prior_examples(
             )
         )
     return examples
-
-
-def term_factors(
-    rows: Sequence, simulated: SimulatedBackend, labels: str = "raw"
-) -> tuple[float, float]:
-    """`host_factor` per term: (forward, backward) measured / simulated compute, the measured
-    costs as the network's `labels` are (normalised ones: only rows with a reference time)."""
-    ratios = []
-    for row in rows:
-        measured = record_cost(row)
-        if labels == "normalised":
-            if normalisation_factor(measured.info) is None:
-                continue
-            measured = normalised(measured)
-        modeled = simulated.measure(*record_task(row)).devices
-        ratios.append(
-            [
-                sum(getattr(d, term) for d in measured.devices)
-                / sum(getattr(d, term) for d in modeled)
-                for term in ("fwd_comp", "bwd_comp")
-            ]
-        )
-    return tuple(np.median(ratios, axis=0)) if ratios else (1.0, 1.0)
 
 
 def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, log) -> dict:
