@@ -33,18 +33,17 @@ import numpy as np
 import torch
 
 from dreamshard.costs.backends import make_backend
+from dreamshard.costs.collect import Job, collect
 from dreamshard.costs.dataset import (
     CostDataset,
     hardware,
-    measurement_key,
     record_task,
     versions,
 )
-from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.costnet import DEVICE_TERMS
-from dreamshard.learn.costnet_data import Example, record_cost
+from dreamshard.learn.costnet_data import Example, labelled_cost
 from dreamshard.learn.costnet_fit import costnet_errors, spearman_within_tasks
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.train_config import LABELS
@@ -93,30 +92,22 @@ def median_examples(
 
 def remeasure(source: CostDataset, into: CostDataset, rounds: int, seed: int = 0) -> int:
     """Measure the placements `source` holds in `rounds` interleaved rounds again, now, on this
-    host's fbgemm backend, into `into` (rounds 1000 on, each round in a fresh random order). A
-    measurement already stored there is not repeated, so a killed run resumes. Returns how many
-    were measured."""
-    items, seen = [], set()
+    host's fbgemm backend, into `into` (rounds 1000 on, each round in a fresh random order),
+    through `costs.collect.collect`: under the host's measurement lock, and what `into` holds
+    already is not measured again, so a killed run resumes. Returns how many were measured."""
+    items: dict[tuple[str, str], tuple] = {}
     for row in source.rows(status="ok"):
-        if row["round"] in INTERLEAVED and (row["task"], row["placement"]) not in seen:
-            seen.add((row["task"], row["placement"]))
-            items.append((row["suite"] or "", *record_task(row)))
+        if row["round"] in INTERLEAVED:
+            items.setdefault((row["task"], row["placement"]), record_task(row))
     if not items:
         raise DreamshardError(f"{source.path} holds no interleaved rounds to measure again")
-    backend = make_backend("fbgemm")
-    config = backend.config()
+    pairs, backend = list(items.values()), make_backend("fbgemm")
     rng, measured, start = np.random.default_rng(seed), 0, time.monotonic()
     for r in range(rounds):
-        for i in rng.permutation(len(items)):
-            suite, task, placement = items[i]
-            key = measurement_key(task, placement, config, INTERLEAVED[r])
-            if into.has(key):
-                continue
-            cost = backend.measure(task, placement)
-            into.append(key, task, placement, cost, config, suite, INTERLEAVED[r])
-            measured += 1
+        jobs = [Job(*pairs[i], INTERLEAVED[r]) for i in rng.permutation(len(pairs))]
+        measured += collect(jobs, backend, into).measured
         print(
-            f"round {r + 1}/{rounds}: {len(items)} placements "
+            f"round {r + 1}/{rounds}: {len(pairs)} placements "
             f"({(time.monotonic() - start) / 60:.1f} min so far)",
             file=sys.stderr,
             flush=True,
@@ -126,13 +117,11 @@ def remeasure(source: CostDataset, into: CostDataset, rounds: int, seed: int = 0
 
 def _example(row, labels: str) -> Example:
     task, placement = record_task(row)
-    cost = record_cost(row)
-    if labels == "normalised":
-        if normalisation_factor(cost.info) is None:
-            raise DreamshardError(
-                f"a measurement of {task.name} has no reference time; use --labels raw"
-            )
-        cost = normalised(cost)
+    cost = labelled_cost(row, labels)
+    if cost is None:
+        raise DreamshardError(
+            f"a measurement of {task.name} has no reference time; use --labels raw"
+        )
     targets = np.array([[getattr(d, t) for t in DEVICE_TERMS] for d in cost.devices], np.float32)
     return Example(
         feature_matrix(task.tables),

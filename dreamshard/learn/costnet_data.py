@@ -47,11 +47,9 @@ def load_examples(
         raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
     examples = []
     for row in measured_rows(dataset, config, fitting):
-        cost = record_cost(row)
-        if labels == "normalised":
-            if normalisation_factor(cost.info) is None or cost.comm == "measured":
-                continue
-            cost = normalised(cost)
+        cost = labelled_cost(row, labels)
+        if cost is None:
+            continue
         task, placement = record_task(row)
         targets = np.array(
             [[getattr(d, t) for t in DEVICE_TERMS] for d in cost.devices], dtype=np.float32
@@ -81,6 +79,18 @@ def measured_rows(dataset: CostDataset, config: dict | None = None, fitting: boo
         for r in dataset.rows(status="ok")
         if (wanted is None or r["config"] == wanted) and not (fitting and held_out(r["task"]))
     ]
+
+
+def labelled_cost(row, labels: str) -> PlacementCost | None:
+    """A stored measurement's cost as `labels` are: as measured ("raw"), or normalised by the
+    reference group timed with it; None when it has no reference time to normalise by (older
+    records, measured communication)."""
+    cost = record_cost(row)
+    if labels != "normalised":
+        return cost
+    if normalisation_factor(cost.info) is None or cost.comm == "measured":
+        return None
+    return normalised(cost)
 
 
 def record_cost(row) -> PlacementCost:

@@ -29,10 +29,9 @@ import torch
 
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.costs.dataset import record_task
-from dreamshard.costs.reference import normalisation_factor, normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
-from dreamshard.learn.costnet_data import Example, measured_rows, record_cost
+from dreamshard.learn.costnet_data import Example, labelled_cost, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import Suite
@@ -68,11 +67,9 @@ def compute_sums(rows: Sequence, simulated: SimulatedBackend, labels: str = "raw
     (as `labels` are; normalised: only rows with a reference time) and simulated."""
     sums = []
     for row in rows:
-        measured = record_cost(row)
-        if labels == "normalised":
-            if normalisation_factor(measured.info) is None:
-                continue
-            measured = normalised(measured)
+        measured = labelled_cost(row, labels)
+        if measured is None:
+            continue
         modeled = simulated.measure(*record_task(row)).devices
         sums.append(
             [
