@@ -1,6 +1,9 @@
 """Which placements the collector measures: the warm start mixes heuristics and random."""
 
-from dreamshard.costs.collect import collection_jobs
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.learn.costnet_data import load_examples
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import is_legal
@@ -36,3 +39,27 @@ def test_the_warm_start_can_spread_the_tasks_over_other_device_counts():
         total = job.task.memory_cap_bytes * job.task.num_devices
         assert total >= own.memory_cap_bytes * own.num_devices
         assert job.task.memory_cap_bytes >= job.task.table_bytes().max()
+
+
+def test_the_split_mix_measures_shards_of_every_kind_the_planners_weigh(tmp_path):
+    suite = make_suite(parse_suite_name("cpu-24x2", num_train_tasks=5, num_test_tasks=1))
+    jobs = list(collection_jobs(suite, 15, "split"))
+    assert len(jobs) == 15
+    assert {job.placement.method for job in jobs} == {"random", *HEURISTIC_KEYS}
+    for job in jobs:
+        assert job.placement.splits, "every proposal holds shards"
+        assert is_legal(job.task, job.placement)
+    kinds = {split.kind for job in jobs for split in job.placement.splits}
+    assert kinds == {"column", "row"}
+    again = [(j.task.name, j.placement.devices, j.placement.splits) for j in jobs]
+    assert again == [
+        (j.task.name, j.placement.devices, j.placement.splits)
+        for j in collection_jobs(suite, 15, "split")
+    ]
+    # measured and stored over their shards, they come back as the cost network's examples
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    collect(jobs, SimulatedBackend(), dataset, suite.spec.name)
+    examples = load_examples(dataset)
+    assert len(examples) == 15
+    shards = {len(e.features) - len(suite.train_tasks[0].tables) for e in examples}
+    assert min(shards) >= 1  # each example has more rows than its task has tables

@@ -162,9 +162,11 @@ def add_cost_commands(sub) -> None:
     coll.add_argument("--placements", type=positive(int), required=True, help="how many placements")
     coll.add_argument(
         "--mix",
-        choices=["mixed", "random", "heuristic"],
+        choices=["mixed", "random", "heuristic", "split"],
         default="mixed",
-        help="which planners propose them (default mixed)",
+        help="which planners propose them: mixed (random and the heuristics), random, "
+        "heuristic, or split (random and the heuristics, each placing tables split the ways "
+        "--split auto considers, so a cost network learns shards) (default mixed)",
     )
     coll.add_argument(
         "--train-tasks", type=positive(int), default=50, help="training tasks (default 50)"

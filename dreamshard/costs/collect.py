@@ -18,15 +18,23 @@ from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS
+from dreamshard.placement.splitting import balance_splits, memory_splits, row_variant, split_place
 from dreamshard.placement.suites import Suite
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.progress import Progress
+from dreamshard.tables.shards import Split, split_problem
 
 MIXES = {
     "random": ("random",),
     "heuristic": tuple(HEURISTIC_KEYS),
     "mixed": ("random", *HEURISTIC_KEYS),
+    "split": ("random", *HEURISTIC_KEYS),  # the same planners, each placing split tables
 }
+
+# What the "split" mix cuts, attempt i taking SPLIT_SHAPES[i % 3]: the balance rule's column
+# halvings, the same stopped at two shards a table, or its tables cut row-wise over all devices
+# (the candidates `planners.split_choice` weighs, so the cost network is fitted on their kind).
+SPLIT_SHAPES = ("columns", "halves", "rows")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,10 @@ def collection_jobs(
     With `device_counts`, pass k over the tasks places them on device_counts[k % len] devices
     (the same total memory), so the data also holds the loads per device that tasks of other
     sizes bring (`on_devices`).
+
+    The "split" mix places split tables (`split_proposal`): the planners' own `--split auto`
+    candidates are measured whole tables otherwise, so a cost network would meet shards only
+    at planning time.
     """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
@@ -64,12 +76,37 @@ def collection_jobs(
             task = on_devices(task, device_counts[(i // len(tasks)) % len(device_counts)])
         method = methods[(i + i // len(tasks)) % len(methods)]
         try:
-            placement = PLANNERS[method](task, i)
+            if mix == "split":
+                placement = split_proposal(task, method, SPLIT_SHAPES[i % len(SPLIT_SHAPES)], i)
+            else:
+                placement = PLANNERS[method](task, i)
         except InfeasibleError:
             continue
-        if (task.name, placement.devices) not in seen:
-            seen.add((task.name, placement.devices))
+        identity = (task.name, placement.devices, placement.splits)
+        if identity not in seen:
+            seen.add(identity)
             yield Job(task, placement)
+
+
+def split_proposal(task: PlacementTask, method: str, shape: str, seed: int) -> Placement:
+    """`method`'s placement (seeded by `seed`) of the task's tables split as `shape` says
+    (`SPLIT_SHAPES`), by the balance rule under `method`'s key (random: a heuristic's key by
+    the seed). Where the rule cuts nothing, the table of the largest key is halved, so every
+    proposal holds shards."""
+    keys = list(HEURISTIC_KEYS)
+    key = HEURISTIC_KEYS[method if method in HEURISTIC_KEYS else keys[seed % len(keys)]]
+    base = memory_splits(task)
+    splits = balance_splits(task, key, base, 2 if shape == "halves" else None)
+    if splits == base:
+        cut = {s.table for s in base}
+        free = [t for t in task.tables if t.name not in cut and not split_problem(t, "column", 2)]
+        if not free:
+            raise InfeasibleError(f"no table of {task.name} can be halved")
+        hottest = max(free, key=lambda t: (key(t), t.name))
+        splits = (*base, Split(hottest.name, "column", 2))
+    if shape == "rows":
+        splits = row_variant(task, splits, base)
+    return split_place(task, splits, lambda shards: PLANNERS[method](shards, seed), method)
 
 
 def on_devices(task: PlacementTask, num_devices: int) -> PlacementTask:

@@ -106,6 +106,21 @@ def balance_splits(
     return tuple(splits[t.name] for t in task.tables if t.name in splits)
 
 
+def row_variant(
+    task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...]
+) -> tuple[Split, ...]:
+    """`splits` with each table the balance rule cut (those not in `base`, the memory splits)
+    cut instead into row ranges over all D devices, TorchRec's row-wise layout (pinned, shard r
+    on device r: `placement.splitting.pinned_shards`); a table that cannot be cut so keeps its
+    column split."""
+    d, kept = task.num_devices, set(base)
+    by_name = {t.name: t for t in task.tables}
+    return tuple(
+        s if s in kept or split_problem(by_name[s.table], "row", d) else Split(s.table, "row", d)
+        for s in splits
+    )
+
+
 def split_place(
     task: PlacementTask,
     splits: tuple[Split, ...],

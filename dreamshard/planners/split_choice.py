@@ -16,9 +16,14 @@ from collections.abc import Callable, Iterable
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
-from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
+from dreamshard.placement.splitting import (
+    balance_splits,
+    memory_splits,
+    row_variant,
+    split_place,
+)
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
-from dreamshard.tables.shards import Split, split_problem
+from dreamshard.tables.shards import Split
 from dreamshard.tables.table import Table
 
 
@@ -41,21 +46,6 @@ def candidate_splits(
         rows = row_variant(task, full, base)
         found.setdefault(_identity(rows), rows)
     return list(found.values())
-
-
-def row_variant(
-    task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...]
-) -> tuple[Split, ...]:
-    """`splits` with each table the balance rule cut (those not in `base`, the memory splits)
-    cut instead into row ranges over all D devices, TorchRec's row-wise layout (pinned, shard r
-    on device r: `placement.splitting.pinned_shards`); a table that cannot be cut so keeps its
-    column split."""
-    d, kept = task.num_devices, set(base)
-    by_name = {t.name: t for t in task.tables}
-    return tuple(
-        s if s in kept or split_problem(by_name[s.table], "row", d) else Split(s.table, "row", d)
-        for s in splits
-    )
 
 
 def choose_splits(
