@@ -290,3 +290,16 @@ def test_train_measures_and_predicts_on_the_topology_it_is_given(tmp_path, cli):
     dataset = CostDataset(out / "costs.sqlite")
     assert load_examples(dataset, SimulatedBackend(topology="nvlink").config())
     assert not load_examples(dataset, SimulatedBackend().config())  # none on cpu-gloo
+
+
+def test_the_warm_start_can_measure_split_tables_that_the_network_then_fits(tmp_path):
+    config = small_config(tmp_path, iterations=1, warm_start=6, warm_start_split=6)
+    train(config, log=lambda *_: None)
+    dataset = CostDataset(Path(config.out) / "costs.sqlite")
+    examples = load_examples(dataset)
+    tables = {
+        t.name: len(t.tables) for t in make_suite(parse_suite_name("cpu-16x3", 6, 1)).train_tasks
+    }
+    split = [e for e in examples if len(e.features) > tables[e.task]]  # a shard adds a row
+    assert len(split) == 6
+    assert len(examples) > len(split)  # the whole-table warm start and the policy's samples

@@ -61,6 +61,11 @@ def add_train_command(sub) -> None:
         ("episodes", "episodes per policy update"),
         ("warm_start", "heuristic and random placements measured first (0: none)"),
         (
+            "warm_start_split",
+            "placements of split tables measured in the warm start too (0: none), so the "
+            "cost network has seen the shards --split auto weighs (collect --mix split)",
+        ),
+        (
             "pretrain",
             "on real hardware, placements labelled by the simulated backend (scaled to this "
             "host) that the cost network is fitted on first (0: none)",
@@ -72,7 +77,9 @@ def add_train_command(sub) -> None:
         tr.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=positive(int) if name not in ("warm_start", "pretrain") else int,
+            type=positive(int)
+            if name not in ("warm_start", "warm_start_split", "pretrain")
+            else int,
             default=value,
             help=f"{help_text} (default {value})",
         )

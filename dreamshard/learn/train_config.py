@@ -32,6 +32,9 @@ class TrainConfig:
     learning_rate: float = 5e-4
     entropy_weight: float = 1e-3
     warm_start: int = 20  # heuristic and random placements measured first (0: none)
+    # placements of split tables measured in the warm start too (costs.collect's "split" mix;
+    # 0: none): whole-table training data never shows the network the shards --split auto weighs
+    warm_start_split: int = 0
     # on real hardware, the cost network is first fitted on this many placements labelled by
     # the simulated backend, scaled to this host (0: none; never on the simulated backend)
     pretrain: int = 2000
