@@ -85,7 +85,7 @@ def overhead(backend, items) -> tuple[str, float]:
 
 
 def repeatability(backend, items, rounds: int) -> tuple[str, float]:
-    costs, norm, _ = measure_run(backend, items, rounds, seed=1)
+    costs, norm, _, _ = measure_run(backend, items, rounds, seed=1)
     reference = costs.mean(axis=1)  # each round's mean over placements
     ratios = paired_ratios(costs, reference)
     rows = [
@@ -110,17 +110,74 @@ def repeatability(backend, items, rounds: int) -> tuple[str, float]:
 
 
 def measure_run(backend, items, rounds: int, seed: int):
-    """One run of interleaved rounds: raw and normalised overall costs [rounds, items], and
-    the reference's milliseconds of every measurement."""
+    """One run of interleaved rounds: raw and normalised overall costs [rounds, items], the
+    reference's milliseconds of every measurement, and every measurement's per-device compute
+    with its reference's forward, backward and total times (for `term_drift`)."""
     norm = np.zeros((rounds, len(items)))
     refs: list[float] = []
+    terms: list[dict] = []
 
     def keep(r: int, i: int, cost) -> None:
         norm[r, i] = normalised(cost).overall
         refs.append(cost.info["reference_ms"])
+        terms.append(
+            {
+                "item": i,
+                "fwd": np.array([d.fwd_comp for d in cost.devices]),
+                "bwd": np.array([d.bwd_comp for d in cost.devices]),
+                "reference": cost.info["reference_ms"],
+                "reference_fwd": cost.info.get("reference_fwd_ms"),
+                "reference_bwd": cost.info.get("reference_bwd_ms"),
+            }
+        )
 
     raw = measure_interleaved(backend, items, rounds, seed=seed, on_measure=keep)
-    return raw, norm, np.array(refs)
+    return raw, norm, np.array(refs), terms
+
+
+# How a device's compute terms are normalised in `term_drift`: the factors of its forward and
+# backward, from its measurement's reference (units cancel: runs are compared by ratio).
+TERM_FACTORS = {
+    "raw": lambda m: (1.0, 1.0),
+    "one factor": lambda m: (1 / m["reference"], 1 / m["reference"]),
+    "per term": lambda m: (1 / m["reference_fwd"], 1 / m["reference_bwd"]),
+    "fwd one, bwd own": lambda m: (1 / m["reference"], 1 / m["reference_bwd"]),
+}
+
+
+def term_labels(terms: list[dict], count: int, how) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per item, its devices' fwd_comp and bwd_comp labels: medians over the run's rounds of
+    the terms scaled by `how`'s factors."""
+    labels = []
+    for i in range(count):
+        mine = [m for m in terms if m["item"] == i]
+        fwd = np.median([m["fwd"] * how(m)[0] for m in mine], axis=0)
+        bwd = np.median([m["bwd"] * how(m)[1] for m in mine], axis=0)
+        labels.append((fwd, bwd))
+    return labels
+
+
+def term_drift(runs: dict[str, list[dict]], count: int) -> str:
+    """How far each device's fwd_comp and bwd_comp labels of the later runs are from run A's,
+    raw and under each way of normalising them (`TERM_FACTORS`): median |log ratio| over the
+    devices of the placements (devices without tables left out)."""
+    first, *later = runs
+    if any(m["reference_fwd"] is None for run in runs.values() for m in run):
+        return "(the reference's forward and backward times were not recorded)"
+    rows = []
+    for name, how in TERM_FACTORS.items():
+        base = term_labels(runs[first], count, how)
+        row = [name]
+        for run in later:
+            other = term_labels(runs[run], count, how)
+            for t in (0, 1):
+                errors = np.concatenate(
+                    [np.abs(np.log(o[t][b[t] > 0] / b[t][b[t] > 0])) for o, b in zip(other, base)]
+                )
+                row.append(f"{np.median(errors):.1%}")
+        rows.append(row)
+    header = ["normalised"] + [f"{run}/{first} {term}" for run in later for term in ("fwd", "bwd")]
+    return format_table(header, rows)
 
 
 @contextmanager
@@ -194,11 +251,11 @@ def drift(backend, items, rounds: int, load: int) -> tuple[str, dict]:
     each compared with the first. Each run holds the host's lock throughout, so nobody else
     measures under the deliberate load. A placement's label in a run is its median over the
     rounds."""
-    labels, notes = {}, []
+    labels, notes, terms = {}, [], {}
     for r, (name, how, kind) in enumerate(drift_plan(load)):
         start = time.time()
         with host_lock(), background_load(kind, load if kind else 0):
-            raw, norm, refs = measure_run(backend, items, rounds, seed=100 + r)
+            raw, norm, refs, terms[name] = measure_run(backend, items, rounds, seed=100 + r)
         labels[name] = (np.median(raw, axis=0), np.median(norm, axis=0))
         notes.append(
             f"run {name} ({how}): {time.strftime('%H:%M:%S', time.gmtime(start))} UTC, "
@@ -235,7 +292,13 @@ def drift(backend, items, rounds: int, load: int) -> tuple[str, dict]:
             f"ratio| {np.median(error):.1%}, max {error.max():.1%}; within {TARGET:.0%}: "
             f"{within}/{len(ratio)} -> target {'met' if within == len(ratio) else 'not met'}"
         )
-    return "\n".join([table, "", *notes, "", *lines]), summary
+    per_term = (
+        "Per-device compute labels (medians over a run's rounds) against run A's, median |log "
+        "ratio| over the devices: raw, normalised by the reference's total (what "
+        "`normalised` does), each term by the reference's own term, or forward by the total "
+        "and backward by the reference's backward:\n\n" + term_drift(terms, len(items))
+    )
+    return "\n".join([table, "", *notes, "", *lines, "", per_term]), summary
 
 
 def fusion(timing) -> str:
