@@ -256,21 +256,16 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         state = fresh_state(config, backend)
     if state.iteration:
         log(f"resuming after iteration {state.iteration} from {checkpoint}")
-    else:
-        if config.warm_start:
-            log(f"warm start: measuring {config.warm_start} heuristic and random placements")
-            jobs = collection_jobs(
-                suite, config.warm_start, device_counts=config.warm_start_devices
-            )
-            collect(list(jobs), backend, dataset, spec.name)
-        if config.warm_start_split:
-            log(f"warm start: measuring {config.warm_start_split} placements of split tables")
-            collect(
-                list(collection_jobs(suite, config.warm_start_split, "split")),
-                backend,
-                dataset,
-                spec.name,
-            )
+    elif config.warm_start or config.warm_start_split:
+        split = (
+            f", and {config.warm_start_split} of split tables" if config.warm_start_split else ""
+        )
+        log(f"warm start: measuring {config.warm_start} heuristic and random placements{split}")
+        jobs = list(
+            collection_jobs(suite, config.warm_start, device_counts=config.warm_start_devices)
+        )
+        jobs += collection_jobs(suite, config.warm_start_split, "split")
+        collect(jobs, backend, dataset, spec.name)
     if not state.iteration and wants_prior(config):
         rows = measured_rows(dataset, backend.config(), fitting=True)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
