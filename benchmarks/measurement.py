@@ -114,12 +114,10 @@ def measure_run(backend, items, rounds: int, seed: int):
     reference's milliseconds of every measurement, and every measurement's per-device compute
     with its reference's forward, backward and total times (for `term_drift`)."""
     norm = np.zeros((rounds, len(items)))
-    refs: list[float] = []
     terms: list[dict] = []
 
     def keep(r: int, i: int, cost) -> None:
         norm[r, i] = normalised(cost).overall
-        refs.append(cost.info["reference_ms"])
         terms.append(
             {
                 "item": i,
@@ -132,7 +130,7 @@ def measure_run(backend, items, rounds: int, seed: int):
         )
 
     raw = measure_interleaved(backend, items, rounds, seed=seed, on_measure=keep)
-    return raw, norm, np.array(refs), terms
+    return raw, norm, np.array([m["reference"] for m in terms]), terms
 
 
 # How a device's compute terms are normalised in `term_drift`: the factors of its forward and
