@@ -111,7 +111,7 @@ def row_variant(
 ) -> tuple[Split, ...]:
     """`splits` with each table the balance rule cut (those not in `base`, the memory splits)
     cut instead into row ranges over all D devices, TorchRec's row-wise layout (pinned, shard r
-    on device r: `placement.splitting.pinned_shards`); a table that cannot be cut so keeps its
+    on device r: `pinned_shards`); a table that cannot be cut so keeps its
     column split."""
     d, kept = task.num_devices, set(base)
     by_name = {t.name: t for t in task.tables}
