@@ -18,8 +18,12 @@ BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
 
 def give_residual_weights(costnet) -> None:
-    """A hybrid cost network's residual starts at zero (the analytic model alone): give its
-    heads, linear terms and gains random weights so tests see the learned part at work too."""
+    """A hybrid cost network's residual starts at zero (the analytic model alone), and so does
+    the quantities design's weighing of the quantities: give them random weights (the hybrid's
+    heads, linear terms and gains) so tests see every part at work."""
+    if costnet.quantity_weight is not None:
+        with torch.no_grad():
+            costnet.quantity_weight.weight.normal_(0.0, 0.3)
     if costnet.gain is None:
         return
     with torch.no_grad():

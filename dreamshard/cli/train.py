@@ -99,8 +99,9 @@ def add_train_command(sub) -> None:
         default=defaults.costnet_encoder,
         help="the cost network's design: relu (the paper's table encoder), exp (positive "
         "table encodings whose per-table costs add up on a device) or hybrid (exp learning a "
-        "residual on top of the calibrated analytic model; real hardware only; "
-        f"docs/learning.md) (default {defaults.costnet_encoder})",
+        "residual on top of the calibrated analytic model; real hardware only) or quantities "
+        "(exp whose tables also carry their lookups, lookup volume, touched rows and width, "
+        f"weighed by what it learns; docs/learning.md) (default {defaults.costnet_encoder})",
     )
     tr.add_argument(
         "--labels",

@@ -136,6 +136,37 @@ class HybridEncoder(nn.Module):
         return torch.cat([self.learned(features), quantities], dim=-1)
 
 
+QUANTITY_UNITS = (1.0, 8.0, 128.0, 32.0, 16.0, 16.0)  # x batch (but the first and last)
+
+
+def quantity_units(batch: int) -> np.ndarray:
+    """Units of `quantities_of`'s columns (count, lookups, lookup volume, touched row bytes / 4,
+    output width, dim) that put a typical table's share near 1 at this batch size."""
+    units = np.array(QUANTITY_UNITS) * batch
+    units[0], units[-1] = QUANTITY_UNITS[0], QUANTITY_UNITS[-1]
+    return units
+
+
+class QuantityEncoder(nn.Module):
+    """The "quantities" design's table encoder: the "exp" encoding of the table's 21 features
+    and the logs of its kernel quantities, followed by the quantities themselves in fixed
+    units (`quantity_units`), so a device's sum holds its lookups, lookup volume, touched rows
+    and output width, and `CostNet.quantity_weight` can weigh them. Nothing of the analytic
+    model's weights is in it: what a quantity costs is learned from the data."""
+
+    def __init__(self, hidden: int, embed: int, batch: int):
+        super().__init__()
+        self.learned = nn.Sequential(mlp(NUM_FEATURES + 4, hidden, hidden, embed), Exp())
+        self.batch = batch
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        raw = raw_features(features.detach().numpy())
+        shares = quantities_of(*raw, self.batch) / quantity_units(self.batch)
+        shares = torch.from_numpy(shares).to(features.dtype)
+        logs = torch.log(shares[:, 1:5].clamp(min=1e-6))
+        return torch.cat([self.learned(torch.cat([features, logs], dim=-1)), shares], dim=-1)
+
+
 class CostNet(nn.Module):
     """The cost network. Three designs, chosen by `encoder` (a model file records which):
 
@@ -152,6 +183,11 @@ class CostNet(nn.Module):
       prediction times a learned per-term gain (`gain`, log scale, set to this host's
       measured / analytic ratio before fitting) plus the "exp" heads, which start at zero.
       For real hardware only: on the simulated backend the analytic model is the answer.
+    - "quantities": "exp" whose table encoding also carries the table's kernel quantities
+      (`QuantityEncoder`: lookups, lookup volume, touched rows, output width at the training
+      batch size `batch`); a device's compute adds a learned linear weighing of their sums
+      (`quantity_weight`, starting at zero) to the "exp" heads. None of the analytic model's
+      weights are given: what a quantity costs is learned from the labels.
     """
 
     def __init__(
@@ -162,6 +198,7 @@ class CostNet(nn.Module):
         comm: dict | None = None,
         encoder: str = "relu",
         analytic: dict | None = None,
+        batch: int | None = None,
     ):
         super().__init__()
         if encoder not in COSTNET_ENCODERS:
@@ -188,6 +225,12 @@ class CostNet(nn.Module):
             self.encoder = HybridEncoder(hidden, embed, analytic["batch"])
             with torch.no_grad():
                 self.encoder.learned[0][-1].bias.fill_(-3.0)
+        elif encoder == "quantities":
+            batch = int(batch or DEFAULT_BATCH)
+            self.config["batch"] = batch
+            self.encoder = QuantityEncoder(hidden, embed, batch)
+            with torch.no_grad():
+                self.encoder.learned[0][-1].bias.fill_(-3.0)
         elif encoder == "exp":
             self.encoder = nn.Sequential(mlp(NUM_FEATURES, hidden, hidden, embed), Exp())
             with torch.no_grad():  # start with small encodings: device sums stay near 1
@@ -196,10 +239,16 @@ class CostNet(nn.Module):
             self.encoder = mlp(NUM_FEATURES, hidden, embed, last_relu=True)
         self.device_heads = nn.ModuleList(mlp(embed, head_hidden, 1) for _ in DEVICE_TERMS)
         # the heads' linear terms in the device sum, one column per head ("exp" design)
-        residual = encoder in ("exp", "hybrid")
+        residual = encoder in ("exp", "hybrid", "quantities")
         self.skip = nn.Linear(embed, len(DEVICE_TERMS), bias=False) if residual else None
         self.embed = embed
         self.gain = None
+        # the "quantities" design: what a device's kernel quantities cost, per head (from zero)
+        self.quantity_weight = None
+        if encoder == "quantities":
+            self.quantity_weight = nn.Linear(len(QUANTITY_UNITS), len(DEVICE_TERMS), bias=False)
+            with torch.no_grad():
+                self.quantity_weight.weight.zero_()
         if self.analytic is not None:  # the residual starts at zero: the analytic model alone
             self.gain = nn.Parameter(torch.zeros(len(DEVICE_TERMS)))
             with torch.no_grad():
@@ -233,6 +282,8 @@ class CostNet(nn.Module):
         if self.analytic is not None:
             base = torch.from_numpy(self.analytic_ms(vectors.detach().numpy()))
             costs = costs + base * torch.exp(self.gain) / self.scale
+        if self.quantity_weight is not None:
+            costs = costs + self.quantity_weight(vectors[..., self.embed :])
         return costs * occupied(vectors)[..., None]
 
     def overall(
@@ -291,8 +342,12 @@ class CostNet(nn.Module):
         return heads
 
     def numpy_base(self):
-        """The hybrid design's analytic part as a NumPy function of device vectors
-        [..., embed + 6] -> scaled costs [..., 3] (gains applied), or None for other designs."""
+        """The part of the hybrid or quantities design that reads the device's quantities, as a
+        NumPy function of device vectors [..., embed + 6] -> scaled costs [..., 3] (the
+        hybrid's gains applied), or None for other designs."""
+        if self.quantity_weight is not None:
+            weight = self.quantity_weight.weight.detach().numpy().T.astype(np.float32)
+            return lambda vectors: vectors[..., self.embed :] @ weight
         if self.analytic is None:
             return None
         gain = (torch.exp(self.gain) / self.scale).detach().numpy()

@@ -74,11 +74,15 @@ def hybrid_base(config: TrainConfig, comm: dict | None) -> dict:
             "the hybrid cost network learns a residual on the simulated backend's own model, "
             "so on --backend simulated it would start at the answer; use --costnet-encoder exp"
         )
+    model = SimulatedModel.load()
+    return {"fwd": list(model.fwd), "bwd": list(model.bwd), "batch": suite_batch(config, comm)}
+
+
+def suite_batch(config: TrainConfig, comm: dict | None) -> int:
+    """The batch size of the suite's traces (the backend's where the tables have none)."""
     spec = parse_suite_name(config.suite, num_train_tasks=1, num_test_tasks=1)
     tables = make_suite(spec).train_tasks[0].tables
-    batch = table_batch_size(tables, comm["batch"] if comm else DEFAULT_BATCH)
-    model = SimulatedModel.load()
-    return {"fwd": list(model.fwd), "bwd": list(model.bwd), "batch": int(batch)}
+    return int(table_batch_size(tables, comm["batch"] if comm else DEFAULT_BATCH))
 
 
 def fresh_state(config: TrainConfig, backend=None) -> TrainState:
@@ -89,7 +93,8 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
         backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     comm = modeled_comm(backend)
     analytic = hybrid_base(config, comm) if config.costnet_encoder == "hybrid" else None
-    costnet = CostNet(comm=comm, encoder=config.costnet_encoder, analytic=analytic)
+    batch = suite_batch(config, comm) if config.costnet_encoder == "quantities" else None
+    costnet = CostNet(comm=comm, encoder=config.costnet_encoder, analytic=analytic, batch=batch)
     policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     if config.init_model:
         start = load_model(config.init_model)

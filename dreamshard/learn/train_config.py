@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
-COSTNET_ENCODERS = ("relu", "exp", "hybrid")  # learn/costnet.py, CostNet (kept here free of torch)
+# learn/costnet.py, CostNet (kept here free of torch)
+COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
 LABELS = ("raw", "normalised")  # learn/costnet_data.py, load_examples
 
 
@@ -22,7 +23,8 @@ class TrainConfig:
     # (the paper's), "relative" (squared relative error) or "log" (log space); docs/learning.md
     costnet_loss: str = "mse"
     # the cost network's design, one of COSTNET_ENCODERS: "relu" (the paper's table encoder) or
-    # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py)
+    # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py),
+    # "hybrid" (exp on top of the analytic model) or "quantities" (exp with kernel quantities)
     costnet_encoder: str = "exp"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
     # each fbgemm measurement (costs/reference.py; measurements without one are left out)
