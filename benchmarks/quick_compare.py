@@ -1,9 +1,11 @@
 """A quick reading of the learned planner against the heuristics on one suite, real kernels.
 
 Run: .venv/bin/python benchmarks/quick_compare.py [--model RUN/model.pt] [--suite cpu-50x4]
-         [--tasks 4] [--rounds 5] [--backend fbgemm]
+         [--tasks 4] [--rounds 5] [--backend fbgemm] [--encoders exp,quantities]
 Without --model it trains one on the suite's training tasks with the paper's defaults on the
-same backend (about 2 minutes on fbgemm here). Then random, the four heuristics, the pure
+same backend (about 2 minutes on fbgemm here), one per cost-network design with `--encoders`
+(each planner of the model then named with its design, all measured in the same rounds).
+Then random, the four heuristics, the pure
 greedy policy, the default `dreamshard` planner and `search_analytic` place the suite's
 held-out tasks, measured in interleaved rounds in one run (about 2 minutes for 4 tasks and
 5 rounds). The full comparison, with TorchRec, the RNN, the MILP, a measured best-known search
@@ -26,7 +28,7 @@ from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_ta
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import COSTNET_ENCODERS, TrainConfig
 from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -43,25 +45,42 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
+    parser.add_argument(
+        "--encoders",
+        default=TrainConfig.costnet_encoder,
+        help="cost-network designs to train when no --model, comma-separated (default "
+        f"{TrainConfig.costnet_encoder})",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
+    encoders = args.encoders.split(",")
+    if unknown := set(encoders) - set(COSTNET_ENCODERS):
+        parser.error(f"unknown design {sorted(unknown)}; choose from {', '.join(COSTNET_ENCODERS)}")
     torch.set_num_threads(1)  # small networks; the fbgemm CPU backward is serial anyway
     began = time.monotonic()
     if args.model:
-        model, note = load_model(args.model), args.model
+        models, note = {"": load_model(args.model)}, args.model
     else:
-        out = state_dir() / "quick_compare" / f"model-{args.backend}"
-        shutil.rmtree(out, ignore_errors=True)  # trained by this run
-        config = TrainConfig(suite=args.suite, backend=args.backend, out=str(out))
-        model = train(config, log=lambda line: print(line, flush=True))
+        models, notes = {}, []
+        for encoder in encoders:
+            trained = time.monotonic()
+            out = state_dir() / "quick_compare" / f"model-{args.backend}-{encoder}"
+            shutil.rmtree(out, ignore_errors=True)  # trained by this run
+            config = TrainConfig(
+                suite=args.suite, backend=args.backend, out=str(out), costnet_encoder=encoder
+            )
+            name = f" ({encoder})" if len(encoders) > 1 else ""
+            models[name] = train(config, log=lambda line: print(line, flush=True))
+            notes.append(f"{encoder} design, {(time.monotonic() - trained) / 60:.1f} min")
         note = (
             f"trained by this run on {args.suite} ({args.backend}, paper defaults: "
-            f"{config.iterations} iterations, {config.warm_start} warm-start placements, "
-            f"{(time.monotonic() - began) / 60:.1f} min)"
+            f"{config.iterations} iterations, {config.warm_start} warm-start placements; "
+            f"{'; '.join(notes)})"
         )
     planners = dict(PLANNERS)
-    planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
-    planners["dreamshard"] = named_planner("dreamshard", model)
+    for name, model in models.items():
+        planners["policy greedy" + name] = named_planner("dreamshard", model, samples=0)
+        planners["dreamshard" + name] = named_planner("dreamshard", model)
     planners["search_analytic"] = named_planner("search_analytic")
     tasks = make_suite(parse_suite_name(args.suite, 1, args.tasks)).test_tasks
     evaluation = evaluate(tasks, planners, make_backend(args.backend), rounds=args.rounds)
