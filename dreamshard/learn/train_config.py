@@ -25,7 +25,7 @@ class TrainConfig:
     # the cost network's design, one of COSTNET_ENCODERS: "relu" (the paper's table encoder) or
     # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py),
     # "hybrid" (exp on top of the analytic model) or "quantities" (exp with kernel quantities)
-    costnet_encoder: str = "exp"
+    costnet_encoder: str = "quantities"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
     # each fbgemm measurement (costs/reference.py; measurements without one are left out)
     labels: str = "raw"
