@@ -160,7 +160,9 @@ def test_place_tables_page_places_a_pasted_spec(store_env):
     at.radio(key="place_source").set_value("Paste CSV").run()
     assert_clean(at)
     plan_devices = at.dataframe[0].value
-    assert sum(len(t) for t in plan_devices["tables"]) == 6  # the example spec's tables
+    placed = [name for names in plan_devices["tables"] for name in names]
+    assert len({name.split("[")[0] for name in placed}) == 6  # the example spec's tables
+    assert len(set(placed)) == len(placed)  # each table, or each of its shards, once
     # 6 tables of up to 4M rows, placed by a model trained on 12-table cpu-12x2 tasks
     warnings = [w.value for w in at.warning]
     assert any("outside what the model was trained on: tables per task" in w for w in warnings)
