@@ -324,15 +324,22 @@ class CostNet(nn.Module):
         ]
         w1 = np.concatenate([h[0].weight.detach().numpy().T for h in layers], axis=1)
         b1 = np.concatenate([h[0].bias.detach().numpy() for h in layers])
-        w2 = np.stack([h[1].weight.detach().numpy()[0] for h in layers])  # [3, hidden]
+        hidden = layers[0][0].out_features
+        w2 = np.zeros((len(layers) * hidden, len(layers)), dtype=np.float32)
+        for i, h in enumerate(layers):  # block diagonal: head i reads its own hidden units
+            w2[i * hidden : (i + 1) * hidden, i] = h[1].weight.detach().numpy()[0]
         b2 = np.array([h[1].bias.item() for h in layers], dtype=np.float32)
         skip = None if self.skip is None else self.skip.weight.detach().numpy().T  # [embed, 3]
         embed, base = self.embed, self.numpy_base()
+        if self.quantity_weight is not None:  # whole vectors (contiguous): the quantities' rows
+            extra = len(QUANTITY_UNITS)  # read nothing in the first layer, and are weighed
+            w1 = np.concatenate([w1, np.zeros((extra, w1.shape[1]), np.float32)])
+            skip = np.concatenate([skip, self.quantity_weight.weight.detach().numpy().T])
+            embed, base = embed + extra, None
 
         def heads(vectors: np.ndarray) -> np.ndarray:
-            learned = vectors[..., :embed]
-            hidden = np.maximum(learned @ w1 + b1, 0).reshape(*vectors.shape[:-1], 3, -1)
-            costs = (hidden * w2).sum(axis=-1) + b2
+            learned = vectors if vectors.shape[-1] == embed else vectors[..., :embed]
+            costs = np.maximum(learned @ w1 + b1, 0) @ w2 + b2
             if skip is not None:
                 costs = costs + learned @ skip
             if base is not None:
