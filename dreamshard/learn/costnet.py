@@ -315,10 +315,11 @@ class CostNet(nn.Module):
         )
         return self.device_costs(vectors), overall
 
-    def numpy_heads(self):
-        """The device heads as one NumPy function of device vectors [..., embed] -> scaled
-        costs [..., 3], float32, zeros for a zero vector (as `device_costs`): the three heads
-        run as one product, for the thousands of small evaluations placing makes."""
+    def numpy_head_weights(self):
+        """The device heads' weights as NumPy float32 arrays (w1, b1, w2, b2, linear, width,
+        base): scaled costs of device vectors v are `max(v[:width] @ w1 + b1, 0) @ w2 + b2 +
+        v[:width] @ linear` (+ base(v), the hybrid's analytic part, None for other designs;
+        linear None for the paper's design), zero for a zero vector."""
         layers = [
             [layer for layer in head if isinstance(layer, nn.Linear)] for head in self.device_heads
         ]
@@ -329,19 +330,26 @@ class CostNet(nn.Module):
         for i, h in enumerate(layers):  # block diagonal: head i reads its own hidden units
             w2[i * hidden : (i + 1) * hidden, i] = h[1].weight.detach().numpy()[0]
         b2 = np.array([h[1].bias.item() for h in layers], dtype=np.float32)
-        skip = None if self.skip is None else self.skip.weight.detach().numpy().T  # [embed, 3]
-        embed, base = self.embed, self.numpy_base()
+        linear = None if self.skip is None else self.skip.weight.detach().numpy().T  # [embed, 3]
+        width, base = self.embed, self.numpy_base()
         if self.quantity_weight is not None:  # whole vectors (contiguous): the quantities' rows
             extra = len(QUANTITY_UNITS)  # read nothing in the first layer, and are weighed
             w1 = np.concatenate([w1, np.zeros((extra, w1.shape[1]), np.float32)])
-            skip = np.concatenate([skip, self.quantity_weight.weight.detach().numpy().T])
-            embed, base = embed + extra, None
+            linear = np.concatenate([linear, self.quantity_weight.weight.detach().numpy().T])
+            width, base = width + extra, None
+        return w1, b1, w2, b2, linear, width, base
+
+    def numpy_heads(self):
+        """The device heads as one NumPy function of device vectors [..., embed] -> scaled
+        costs [..., 3], float32, zeros for a zero vector (as `device_costs`): the three heads
+        run as one product, for the thousands of small evaluations placing makes."""
+        w1, b1, w2, b2, linear, width, base = self.numpy_head_weights()
 
         def heads(vectors: np.ndarray) -> np.ndarray:
-            learned = vectors if vectors.shape[-1] == embed else vectors[..., :embed]
+            learned = vectors if vectors.shape[-1] == width else vectors[..., :width]
             costs = np.maximum(learned @ w1 + b1, 0) @ w2 + b2
-            if skip is not None:
-                costs = costs + learned @ skip
+            if linear is not None:
+                costs = costs + learned @ linear
             if base is not None:
                 costs = costs + base(vectors)
             return costs * (np.abs(vectors).sum(axis=-1, keepdims=True) > 0)

@@ -111,6 +111,11 @@ class Lookahead:
     cost of the tables placed so far (scaled) would be with the table there than on the best
     device: what `costnet_greedy` minimises, as an input the policy weighs. `place` records the
     devices the episodes chose, with the costs `regret` was given (so nothing is recomputed).
+
+    Where the heads' first layer and linear terms are all that reads a device's sum (every
+    design but the hybrid, whose analytic part is not linear), each device's products with its
+    sum (`first`, `linear`) are kept and the table's own added (`with_table`), so a step
+    multiplies one vector, not every device's sum; the products follow the sums in `place`.
     """
 
     def __init__(self, task: PlacementTask, costnet: CostNet, episodes: int):
@@ -121,6 +126,12 @@ class Lookahead:
         self.dims = np.array([t.dim for t in task.tables], dtype=np.float64)
         self.comm, self.d = costnet.comm, d
         self.heads = costnet.numpy_heads()
+        self.weights = costnet.numpy_head_weights()
+        self.first = None  # [E, D, hidden]: each device's sum times w1 (and [E, D, 3] linear)
+        if self.weights[-1] is None:
+            w1, linear = self.weights[0], self.weights[4]
+            self.first = np.zeros((episodes, d, w1.shape[1]), dtype=np.float32)
+            self.linear = None if linear is None else np.zeros((episodes, d, 3), np.float32)
         if costnet.comm is not None:
             self.batch = table_batch_size(task.tables, costnet.comm["batch"])
             self.topology = get_topology(costnet.comm["topology"])
@@ -128,8 +139,27 @@ class Lookahead:
 
     def with_table(self, sums: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """[E, D, 3] scaled costs of every device with the table's cost encoding `vector`
-        added to its sum (device vectors `sums` [E, D, embed])."""
-        return self.heads(sums + vector)
+        added to its sum (device vectors `sums` [E, D, embed], read only by the hybrid)."""
+        if self.first is None:
+            return self.heads(sums + vector)
+        w1, b1, w2, b2, linear, width, _ = self.weights
+        self.share = (vector[:width] @ w1, None if linear is None else vector[:width] @ linear)
+        costs = np.maximum(self.first + (self.share[0] + b1), 0) @ w2 + b2
+        if linear is not None:  # the linear terms (every design but the paper's)
+            costs = costs + (self.linear + self.share[1])
+        if not np.any(vector):  # an empty device stays empty, and costs nothing
+            costs = costs * self.busy[..., None]
+        return costs
+
+    def place(self, table: int, devices: np.ndarray, placed: np.ndarray) -> None:
+        rows = np.arange(len(devices))
+        self.costs[rows, devices] = placed[rows, devices]
+        self.busy[rows, devices] = True
+        self.widths[rows, devices] += self.dims[table]
+        if self.first is not None:
+            self.first[rows, devices] += self.share[0]
+            if self.linear is not None:
+                self.linear[rows, devices] += self.share[1]
 
     def regret(self, table: int, placed: np.ndarray) -> np.ndarray:
         """[E, D] from the devices' scaled costs [E, D, 3] with the table added to each."""
@@ -148,21 +178,18 @@ class Lookahead:
         overall += np.maximum(others_max(rest), new_rest)
         return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
 
-    def place(self, table: int, devices: np.ndarray, placed: np.ndarray) -> None:
-        rows = np.arange(len(devices))
-        self.costs[rows, devices] = placed[rows, devices]
-        self.busy[rows, devices] = True
-        self.widths[rows, devices] += self.dims[table]
-
 
 def others_max(values: np.ndarray) -> np.ndarray:
     """[E, D]: for each device, the max of `values` [E, D] over the other devices."""
     if values.shape[1] == 1:
         return np.full_like(values, -np.inf)
-    top = np.argsort(-values, axis=1, kind="stable")[:, :2]
-    first = np.take_along_axis(values, top[:, :1], axis=1)
-    second = np.take_along_axis(values, top[:, 1:], axis=1)
-    return np.where(np.arange(values.shape[1]) == top[:, :1], second, first)
+    rows = np.arange(len(values))
+    top = values.argmax(axis=1)  # the first of equal maxima
+    first = values[rows, top][:, None]
+    rest = values.copy()
+    rest[rows, top] = -np.inf
+    second = rest.max(axis=1, keepdims=True)
+    return np.where(np.arange(values.shape[1]) == top[:, None], second, first)
 
 
 LOOKAHEAD_INIT = 300.0  # the lookahead's starting weight: logits apart by 3 per 0.01 x scale
