@@ -78,7 +78,12 @@ def test_two_collections_started_together_take_turns(lock_env, tmp_path):
         time.sleep(0.05)
     go.touch()
     outputs = [child.communicate(timeout=240) for child, _ in children]
-    assert all(child.returncode == 0 for child, _ in children), [e[-2000:] for _, e in outputs]
+    # the tracebacks without the progress lines (which crowd them out of pytest's message)
+    failures = [
+        "\n".join(line for line in e.decode().splitlines() if not line.startswith("measuring"))
+        for _, e in outputs
+    ]
+    assert all(child.returncode == 0 for child, _ in children), failures
     a, b = (json.loads(out.strip().splitlines()[-1]) for out, _ in outputs)
 
     # every placement measured once: the two shared ones by whichever came first

@@ -84,9 +84,11 @@ def test_rnn_placements_are_legal(placer, case):
         return
     try:
         assert is_legal(task, place(task, "rnn", seed, model=placer))
-    except InfeasibleError:
-        with pytest.raises(InfeasibleError):
-            place(task, "size")
+    except InfeasibleError as exc:
+        # the LSTM's episodes may all get stuck where a packing exists: the completion guard's
+        # best fit can miss one (3 devices, tables of 1, 10, 19, 19 and 27 MiB, cap 28 MiB,
+        # where `size` places them); it then says so and what to do, and returns nothing
+        assert "rnn:" in str(exc) and "use another method" in str(exc)
 
 
 def test_rnn_files_round_trip_and_refuse_other_device_counts(model, placer, tmp_path, cli):
