@@ -168,7 +168,7 @@ class QuantityEncoder(nn.Module):
 
 
 class CostNet(nn.Module):
-    """The cost network. Three designs, chosen by `encoder` (a model file records which):
+    """The cost network. Four designs, chosen by `encoder` (a model file records which):
 
     - "relu" (the paper's, and every model saved before it had a choice): the encoder
       21 -> hidden -> embed ends in a ReLU, and each device head is an MLP of the device sum.

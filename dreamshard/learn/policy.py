@@ -125,10 +125,11 @@ class Lookahead:
         self.widths = np.zeros((episodes, d))
         self.dims = np.array([t.dim for t in task.tables], dtype=np.float64)
         self.comm, self.d = costnet.comm, d
-        self.heads = costnet.numpy_heads()
         self.weights = costnet.numpy_head_weights()
         self.first = None  # [E, D, hidden]: each device's sum times w1 (and [E, D, 3] linear)
-        if self.weights[-1] is None:
+        if self.weights[-1] is not None:  # the hybrid: the whole heads on the whole sums
+            self.heads = costnet.numpy_heads()
+        else:
             w1, linear = self.weights[0], self.weights[4]
             self.first = np.zeros((episodes, d, w1.shape[1]), dtype=np.float32)
             self.linear = None if linear is None else np.zeros((episodes, d, 3), np.float32)
