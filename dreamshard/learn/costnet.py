@@ -131,9 +131,13 @@ class HybridEncoder(nn.Module):
         self.batch = batch
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        raw = raw_features(features.detach().numpy())
-        quantities = torch.from_numpy(quantities_of(*raw, self.batch)).to(features.dtype)
-        return torch.cat([self.learned(features), quantities], dim=-1)
+        quantities = torch.from_numpy(kernel_quantities(features, self.batch))
+        return torch.cat([self.learned(features), quantities.to(features.dtype)], dim=-1)
+
+
+def kernel_quantities(features: torch.Tensor, batch: int) -> np.ndarray:
+    """[T, 6] float64: the tables' `quantities_of` at `batch`, read back from their features."""
+    return quantities_of(*raw_features(features.detach().numpy()), batch)
 
 
 QUANTITY_UNITS = (1.0, 8.0, 128.0, 32.0, 16.0, 16.0)  # x batch (but the first and last)
@@ -160,8 +164,7 @@ class QuantityEncoder(nn.Module):
         self.batch = batch
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        raw = raw_features(features.detach().numpy())
-        shares = quantities_of(*raw, self.batch) / quantity_units(self.batch)
+        shares = kernel_quantities(features, self.batch) / quantity_units(self.batch)
         shares = torch.from_numpy(shares).to(features.dtype)
         logs = torch.log(shares[:, 1:5].clamp(min=1e-6))
         return torch.cat([self.learned(torch.cat([features, logs], dim=-1)), shares], dim=-1)
