@@ -53,6 +53,7 @@ from dreamshard.tables.features import feature_matrix
 LABEL_WORDS = {
     "raw": "raw labels, as measured",
     "normalised": "labels normalised by the reference group timed in each measurement",
+    "per-term": "labels normalised term by term by the reference group timed in each measurement",
 }
 INTERLEAVED = range(1000, 2000)  # compare_planners' interleaved rounds (planners_store.py)
 COMPUTE = ("fwd_comp", "bwd_comp")
@@ -251,8 +252,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=LABELS,
         default="raw",
         help="raw measured costs, or normalised by the reference group timed with each "
-        "measurement, which removes the host's drift between runs (default raw; judge a "
-        "model trained with --labels normalised on normalised medians)",
+        "measurement (per-term: forward and backward each by its own), which removes the "
+        "host's drift between runs (default raw; judge a model trained with --labels "
+        "normalised on normalised medians)",
     )
     parser.add_argument(
         "--remeasure",

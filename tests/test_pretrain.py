@@ -83,14 +83,14 @@ def test_the_prior_puts_the_network_at_this_hosts_scale(tmp_path):
     assert 0.75 < float(np.median(ratios)) < 1.33  # unscaled it would be near 0.5
 
 
-def test_only_runs_on_real_hardware_from_scratch_with_raw_labels_fit_the_prior():
-    """(A hybrid network takes its gains with either kind of label.)"""
+def test_only_runs_on_real_hardware_from_scratch_fit_the_prior():
+    """(With any kind of label: the prior is scaled to the labels.)"""
     assert wants_prior(TrainConfig(backend="fbgemm"))
     assert not wants_prior(TrainConfig(backend="simulated"))
     assert not wants_prior(TrainConfig(backend="fbgemm", pretrain=0))
     assert not wants_prior(TrainConfig(backend="fbgemm", init_model="m.pt"))
-    assert not wants_prior(TrainConfig(backend="fbgemm", labels="normalised"))
-    assert wants_prior(TrainConfig(backend="fbgemm", labels="normalised", costnet_encoder="hybrid"))
+    for labels in ("normalised", "per-term"):
+        assert wants_prior(TrainConfig(backend="fbgemm", labels=labels))
 
 
 def test_a_hybrid_network_starts_as_the_analytic_model_at_this_hosts_scale(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from dreamshard.costs.dataset import CostDataset, measurement_key
 from dreamshard.costs.fbgemm import FbgemmBackend
-from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables
+from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables, term_factors
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
@@ -60,6 +60,32 @@ def test_normalising_scales_compute_and_keeps_every_device_waiting_for_the_slowe
     assert halved.overall < base.overall
 
 
+def test_per_term_normalising_follows_each_term_of_the_reference():
+    """A measurement whose reference's backward ran twice as long (memory traffic slows the
+    backward more): per term only the backward halves; one factor halves neither term fully."""
+    cost = FbgemmBackend(timing=FAST).measure(tiny_task(), Placement((0, 0, 0, 1)))
+    info = cost.info
+    slow_bwd = {
+        **info,
+        "reference_bwd_ms": 2 * info["reference_bwd_ms"],
+        "reference_ms": info["reference_fwd_ms"] + 2 * info["reference_bwd_ms"],
+    }
+    base = normalised(cost, per_term=True)
+    slow = normalised(replace(cost, info=slow_bwd), per_term=True)
+    one = normalised(replace(cost, info=slow_bwd))
+    for b, s, o in zip(base.devices, slow.devices, one.devices):
+        assert s.fwd_comp == pytest.approx(b.fwd_comp)
+        assert s.bwd_comp == pytest.approx(b.bwd_comp / 2)
+        assert s.bwd_comp < o.bwd_comp and o.fwd_comp < s.fwd_comp
+    done = [d.fwd_comp + d.fwd_comm - d.bwd_comm for d in slow.devices]
+    assert max(done) == pytest.approx(min(done))
+    # a record from before the terms were kept apart has no per-term label
+    older = {k: v for k, v in info.items() if k not in ("reference_fwd_ms", "reference_bwd_ms")}
+    normalised(replace(cost, info=older))
+    with pytest.raises(DreamshardError, match="no reference"):
+        normalised(replace(cost, info=older), per_term=True)
+
+
 def test_a_measurement_without_a_reference_cannot_be_normalised():
     task, placement = tiny_task(), Placement((0, 1, 0, 1))
     plain = FbgemmBackend(timing=FAST, reference=False).measure(task, placement)
@@ -87,5 +113,10 @@ def test_normalised_labels_come_from_the_stored_reference(tmp_path):
         norm.device_targets[:, compute], raw[0].device_targets[:, compute] * factor, rtol=1e-5
     )
     assert norm.overall != raw[0].overall
+    (terms,) = load_examples(dataset, labels="per-term")
+    fwd, bwd = term_factors(info)
+    np.testing.assert_allclose(
+        terms.device_targets[:, compute], raw[0].device_targets[:, compute] * [fwd, bwd], rtol=1e-5
+    )
     with pytest.raises(ValueError, match="unknown labels"):
         load_examples(dataset, labels="scaled")

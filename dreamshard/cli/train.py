@@ -108,8 +108,9 @@ def add_train_command(sub) -> None:
         choices=LABELS,
         default=defaults.labels,
         help="the cost network's labels: raw costs, or normalised by the reference group timed "
-        "with each fbgemm measurement, so labels from different runs agree; measurements "
-        f"without one are left out (default {defaults.labels})",
+        "with each fbgemm measurement, so labels from different runs agree (per-term: the "
+        "forward and backward each by the reference's own); measurements without one are "
+        f"left out (default {defaults.labels})",
     )
     reinforce_options(tr, defaults)
     tr.add_argument(

@@ -32,6 +32,11 @@ REFERENCE_VERSION = 1
 # (benchmarks/measurement.py prints it). Normalised costs are in these milliseconds. Per device
 # kind; a kind without one records the reference's time but has no normalised cost.
 NOMINAL_MS = {"cpu": 12.0}
+# The forward's share of the reference's time, for normalising each term by its own reference
+# term ("per-term" labels): the median over 264 measurements on a 2-core Intel Xeon (0.37-0.38
+# between the 10th and 90th percentile). Under another process's memory traffic the forward and
+# backward slow by different amounts, which one factor cannot follow (benchmarks/measurement.py).
+NOMINAL_FWD_SHARE = 0.37
 
 
 def reference_tables() -> list[Table]:
@@ -70,25 +75,42 @@ def normalisation_factor(info: dict) -> float | None:
     return nominal / measured
 
 
-def normalised(cost: PlacementCost) -> PlacementCost:
-    """The cost as if the reference had run at its nominal time.
+def term_factors(info: dict) -> tuple[float, float] | None:
+    """(forward, backward) nominal / measured reference term, or None when a measurement did
+    not record its reference's terms apart (records before 2026-12-02)."""
+    nominal = info.get("reference_nominal_ms")
+    fwd, bwd = info.get("reference_fwd_ms"), info.get("reference_bwd_ms")
+    if not nominal or not fwd or not bwd:
+        return None
+    return nominal * NOMINAL_FWD_SHARE / fwd, nominal * (1 - NOMINAL_FWD_SHARE) / bwd
+
+
+def normalised(cost: PlacementCost, per_term: bool = False) -> PlacementCost:
+    """The cost as if the reference had run at its nominal time; `per_term`: the forward as if
+    the reference's forward had, and the backward as if its backward had.
 
     Compute terms scale by the factor; a modeled all-to-all keeps its transfer time and scales
     only the wait for the slowest forward (fwd_comm - bwd_comm), which is compute. Measured
     communication has no reference (torchrun), so it cannot be normalised.
     """
-    factor = normalisation_factor(cost.info)
-    if factor is None or cost.comm == "measured":
+    if per_term:
+        factors = term_factors(cost.info)
+    else:
+        factor = normalisation_factor(cost.info)
+        factors = None if factor is None else (factor, factor)
+    if factors is None or cost.comm == "measured":
         raise DreamshardError(
             "this measurement has no reference time to normalise by (fbgemm in process records "
-            "one; torchrun, the simulated backend and older records do not)"
+            "one, and its forward and backward apart since 2026-12-02; torchrun, the simulated "
+            "backend and older records do not)"
         )
+    fwd, bwd = factors
     devices = tuple(
         DeviceCost(
-            d.fwd_comp * factor,
-            d.bwd_comm + (d.fwd_comm - d.bwd_comm) * factor,
+            d.fwd_comp * fwd,
+            d.bwd_comm + (d.fwd_comm - d.bwd_comm) * fwd,
             d.bwd_comm,
-            d.bwd_comp * factor,
+            d.bwd_comp * bwd,
             d.cv,
         )
         for d in cost.devices

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
-from dreamshard.costs.reference import normalisation_factor, normalised
+from dreamshard.costs.reference import normalisation_factor, normalised, term_factors
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.train_config import LABELS
@@ -40,8 +40,9 @@ def load_examples(
     `fitting`: only those a network may be fitted on, see `measured_rows`).
 
     `labels="normalised"` labels each with its cost normalised by the reference group timed
-    with it (costs/reference.py), so labels from different runs agree; measurements without a
-    reference time (older records, torchrun) are left out.
+    with it (costs/reference.py), so labels from different runs agree; `"per-term"` normalises
+    the forward and backward each by the reference's own. Measurements without a reference
+    time (older records, torchrun) are left out.
     """
     if labels not in LABELS:
         raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
@@ -83,14 +84,16 @@ def measured_rows(dataset: CostDataset, config: dict | None = None, fitting: boo
 
 def labelled_cost(row, labels: str) -> PlacementCost | None:
     """A stored measurement's cost as `labels` are: as measured ("raw"), or normalised by the
-    reference group timed with it; None when it has no reference time to normalise by (older
-    records, measured communication)."""
+    reference group timed with it (per term: "per-term"); None when it has no reference time
+    to normalise by (older records, measured communication)."""
     cost = record_cost(row)
-    if labels != "normalised":
+    if labels == "raw":
         return cost
-    if normalisation_factor(cost.info) is None or cost.comm == "measured":
+    per_term = labels == "per-term"
+    factors = term_factors if per_term else normalisation_factor
+    if factors(cost.info) is None or cost.comm == "measured":
         return None
-    return normalised(cost)
+    return normalised(cost, per_term)
 
 
 def record_cost(row) -> PlacementCost:

@@ -42,11 +42,12 @@ COMM = DEVICE_TERMS.index("bwd_comm")
 __all__ = ["host_factor", "measured_rows", "pretrain_costnet", "prior_examples", "wants_prior"]
 
 
-def host_factor(rows: Sequence, simulated: SimulatedBackend) -> float:
+def host_factor(rows: Sequence, simulated: SimulatedBackend, labels: str = "raw") -> float:
     """Median over stored measurements `rows` of measured / simulated compute (every device's
-    fwd_comp + bwd_comp; the exchange is the same topology model on both sides), 1.0 when
-    there are none: the simulated model's milliseconds scaled to this host."""
-    sums = compute_sums(rows, simulated)
+    fwd_comp + bwd_comp, measured as the network's `labels` are; the exchange is the same
+    topology model on both sides), 1.0 when there are none: the simulated model's milliseconds
+    scaled to this host, or to the reference's nominal state for normalised labels."""
+    sums = compute_sums(rows, simulated, labels)
     return float(np.median(sums[:, :2].sum(1) / sums[:, 2:].sum(1))) if len(sums) else 1.0
 
 
@@ -133,7 +134,7 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
             f"x {factors[1]:.3f} backward (measured / simulated over {len(rows)} measurements)"
         )
         return {"gains": list(map(float, factors)), "factor_from": len(rows)}
-    factor = host_factor(rows, simulated)
+    factor = host_factor(rows, simulated, config.labels)
     examples = prior_examples(suite, config.pretrain, simulated, factor)
     log(
         f"simulated prior: fitting the cost network on {len(examples)} placements labelled by "
@@ -153,11 +154,5 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
 
 def wants_prior(config: TrainConfig) -> bool:
     """Whether a run fits the simulated prior first (sets a hybrid network's gains): on real
-    hardware, from scratch, with raw labels (the prior is scaled to raw measurements; a hybrid
-    network's gains follow either kind of label)."""
-    return (
-        bool(config.pretrain)
-        and config.backend != "simulated"
-        and not config.init_model
-        and (config.labels == "raw" or config.costnet_encoder == "hybrid")
-    )
+    hardware, from scratch (the prior is scaled to the measurements as the labels are)."""
+    return bool(config.pretrain) and config.backend != "simulated" and not config.init_model

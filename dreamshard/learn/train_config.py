@@ -7,7 +7,7 @@ from dataclasses import dataclass
 COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
 # learn/costnet.py, CostNet (kept here free of torch)
 COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
-LABELS = ("raw", "normalised")  # learn/costnet_data.py, load_examples
+LABELS = ("raw", "normalised", "per-term")  # learn/costnet_data.py, load_examples
 
 
 @dataclass
@@ -27,7 +27,8 @@ class TrainConfig:
     # "hybrid" (exp on top of the analytic model) or "quantities" (exp with kernel quantities)
     costnet_encoder: str = "quantities"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
-    # each fbgemm measurement (costs/reference.py; measurements without one are left out)
+    # each fbgemm measurement, or "per-term": forward and backward each by the reference's own
+    # (costs/reference.py; measurements without one are left out)
     labels: str = "raw"
     policy_updates: int = 10
     episodes: int = 10
