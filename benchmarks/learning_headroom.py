@@ -13,9 +13,12 @@ random, the four heuristics, the pure greedy policy (`dreamshard`, samples 0), t
 `dreamshard_search` (that placement refined by local search on the cost network, 5 s),
 `search_analytic` (local search on the analytic model, 5 s), and the search reference: local
 search scored by the backend itself from every heuristic's placement and the default planner's,
-`--reference-seconds` each, the best of them. Ratios: geometric mean over tasks, with a
-bootstrap 95% interval over tasks. Also: the cost network's Spearman correlation with the exact
-cost over the placements the default planner chooses among, per task, and which candidate won.
+`--reference-seconds` each, and the placement of a MILP of the backend's own cost model
+(planners/milp_simulated.py, `--milp-seconds`), the best of them. The MILP's proven bound is a
+floor no legal placement goes under: where it meets the reference, the reference is optimal.
+Ratios: geometric mean over tasks, with a bootstrap 95% interval over tasks. Also: the cost
+network's Spearman correlation with the exact cost over the placements the default planner
+chooses among, per task, and which candidate won.
 Writes benchmarks/results/learning_headroom.md.
 """
 
@@ -46,6 +49,8 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_pla
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
+from dreamshard.planners.milp import MilpResult
+from dreamshard.planners.milp_simulated import solve_simulated_milp
 from dreamshard.planners.search import analytic_scorer, local_search
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -87,8 +92,15 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
     )
 
 
-def search_reference(backend: SimulatedBackend, model: DreamShardModel, seconds: float):
-    """Local search scored by the backend from several starts; the best result."""
+def search_reference(
+    backend: SimulatedBackend,
+    model: DreamShardModel,
+    seconds: float,
+    milp_seconds: float,
+    milps: dict[str, MilpResult],
+):
+    """Local search scored by the backend from several starts, and the MILP's placement (its
+    result kept in `milps` by task); the best of them."""
 
     def plan(task: PlacementTask, seed: int) -> Placement:
         score = analytic_scorer(task, backend)
@@ -96,18 +108,31 @@ def search_reference(backend: SimulatedBackend, model: DreamShardModel, seconds:
         starts.append(place(task, "dreamshard", seed, model=model, split="none"))
         found = [local_search(task, s, score, seconds, seed=seed) for s in starts]
         best = min(found, key=lambda r: r.cost)
-        return Placement(best.placement.devices, "search_reference")
+        placement, cost = best.placement, best.cost
+        if milp_seconds > 0:
+            milps[task.name] = exact = solve_simulated_milp(task, backend, milp_seconds)
+            if exact.placement is not None and exact.objective < cost:
+                placement = exact.placement
+        return Placement(placement.devices, "search_reference")
 
     return plan
 
 
-def planners_for(model: DreamShardModel, backend: SimulatedBackend, reference_seconds: float):
+def planners_for(
+    model: DreamShardModel,
+    backend: SimulatedBackend,
+    reference_seconds: float,
+    milp_seconds: float,
+    milps: dict[str, MilpResult],
+):
     planners = dict(PLANNERS)
     planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
     planners["dreamshard"] = named_planner("dreamshard", model)
     planners["dreamshard_search"] = named_planner("dreamshard_search", model)
     planners["search_analytic"] = named_planner("search_analytic")
-    planners["search_reference"] = search_reference(backend, model, reference_seconds)
+    planners["search_reference"] = search_reference(
+        backend, model, reference_seconds, milp_seconds, milps
+    )
     return planners
 
 
@@ -130,7 +155,9 @@ def cell(ratios: np.ndarray) -> str:
     return f"{geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}]"
 
 
-def suite_rows(evaluation: Evaluation, rhos: list[float]) -> tuple[list[list], dict]:
+def suite_rows(
+    evaluation: Evaluation, rhos: list[float], milps: dict[str, MilpResult]
+) -> tuple[list[list], dict]:
     vs_best = evaluation.ratios("per_task_best_heuristic")
     vs_reference = evaluation.ratios("search_reference")
     rows, figures = [], {}
@@ -140,6 +167,15 @@ def suite_rows(evaluation: Evaluation, rhos: list[float]) -> tuple[list[list], d
         rows.append([name, cell(vs_best[:, j]), cell(vs_reference[:, j])])
     j = evaluation.planners.index("search_reference")
     rows.append(["search_reference", cell(vs_best[:, j]), "1"])
+    figures["floor"] = None
+    bounds = np.array(
+        [milps[t.name].bound if t.name in milps else np.nan for t in evaluation.tasks]
+    )
+    if not np.isnan(bounds).any():
+        best = evaluation.reference_costs("per_task_best_heuristic")[0]
+        reference = evaluation.reference_costs("search_reference")[0]
+        figures["floor"] = geometric_mean(bounds / best)
+        rows.append(["floor (MILP's proven bound)", cell(bounds / best), cell(bounds / reference)])
     picked = evaluation.picked(evaluation.planners.index("dreamshard"))
     figures["spearman"] = float(np.mean(rhos))
     figures["picked"] = picked
@@ -152,6 +188,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--suites", default=SUITES)
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks per suite")
     parser.add_argument("--reference-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--milp-seconds",
+        type=float,
+        default=20.0,
+        help="time limit of the simulated cost model's MILP per task, whose placement joins "
+        "the search reference and whose proven bound is the floor (0: none)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--warm-start",
@@ -189,13 +232,14 @@ def main(argv: list[str] | None = None) -> str:
     began = time.monotonic()
     model, model_note = model_for(args, log=lambda line: print(line, flush=True))
     backend = SimulatedBackend()
-    planners = planners_for(model, backend, args.reference_seconds)
+    milps: dict[str, MilpResult] = {}
+    planners = planners_for(model, backend, args.reference_seconds, args.milp_seconds, milps)
     sections, headline = [], []
     for name in args.suites.split(","):
         tasks = make_suite(parse_suite_name(name, 1, args.tasks)).test_tasks
         evaluation = evaluate(tasks, planners, backend, rounds=1, seed=args.seed)
         rhos = [ranking(model, backend, task) for task in tasks]
-        rows, figures = suite_rows(evaluation, rhos)
+        rows, figures = suite_rows(evaluation, rhos, milps)
         trained = " (trained)" if name == model.metadata.get("suite") else " (zero-shot)"
         sections.append(
             f"## {name}{trained}: {len(tasks)} held-out tasks\n\n```\n"
@@ -209,6 +253,7 @@ def main(argv: list[str] | None = None) -> str:
                 name + trained,
                 *(f"{figures[c][0]:.3f}" for c in COLUMNS),
                 f"{figures['dreamshard'][1]:.3f}",
+                "-" if figures["floor"] is None else f"{figures['floor']:.3f}",
                 f"{figures['spearman']:.2f}",
             ]
         )
@@ -219,7 +264,10 @@ def main(argv: list[str] | None = None) -> str:
             f"Host: {hardware()}; {versions()}. Costs: {describe_costs(backend.config())}; "
             f"one round (exact). Model: {model_note}. {args.tasks} held-out tasks per suite; "
             f"search reference: local search scored by the backend from the 4 heuristics' and "
-            f"the default planner's placements, {args.reference_seconds:g} s each. Ratios: "
+            f"the default planner's placements, {args.reference_seconds:g} s each, and the "
+            f"placement of a MILP of the backend's cost model ({args.milp_seconds:g} s limit), "
+            "the best of them. Floor: the MILP's proven lower bound (its model drops only the "
+            "cache overflow, which never lowers a cost): no legal placement costs less. Ratios: "
             "geometric mean over tasks [bootstrap 95% interval over tasks]; below 1 is better. "
             f"Wall time {(time.monotonic() - began) / 60:.1f} min. Command: "
             f"`benchmarks/learning_headroom.py {' '.join(argv or [])}`.",
@@ -233,6 +281,7 @@ def main(argv: list[str] | None = None) -> str:
                     "dreamshard_search",
                     "search_analytic",
                     "dreamshard vs reference",
+                    "floor",
                     "Spearman",
                 ],
                 headline,
