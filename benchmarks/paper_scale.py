@@ -105,7 +105,8 @@ def model_for(args: argparse.Namespace) -> tuple[DreamShardModel, str]:
         f"placements, {config.iterations} iterations of {config.placements_per_iteration} "
         f"placements, {config.costnet_steps} cost-net steps per iteration, "
         f"{config.policy_updates} policy updates of {config.episodes} episodes, "
-        f"{config.costnet_loss} loss, seed {config.seed}; {time.monotonic() - start:.0f} s"
+        f"{config.costnet_loss} loss, {config.costnet_encoder} cost-network design, "
+        f"seed {config.seed}; {time.monotonic() - start:.0f} s"
     )
 
 
