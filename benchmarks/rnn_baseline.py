@@ -73,8 +73,8 @@ def model_for(args: argparse.Namespace, log):
     return model, (
         f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations, "
         f"{config.policy_updates} policy updates of {config.episodes} episodes each, warm "
-        f"start {config.warm_start}, {config.costnet_steps} cost-net steps per iteration; "
-        f"{time.monotonic() - start:.0f} s)"
+        f"start {config.warm_start}, {config.costnet_steps} cost-net steps per iteration, "
+        f"{config.costnet_encoder} cost-network design; {time.monotonic() - start:.0f} s)"
     )
 
 
