@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -324,3 +325,22 @@ def test_the_warm_start_can_measure_split_tables_that_the_network_then_fits(tmp_
     split = [e for e in examples if len(e.features) > tables[e.task]]  # a shard adds a row
     assert len(split) == 6
     assert len(examples) > len(split)  # the whole-table warm start and the policy's samples
+
+
+def test_train_costnet_only_fits_the_stored_measurements_and_measures_nothing(tmp_path, cli):
+    out = tmp_path / "fit"
+    args = ["train", "--suite", "cpu-16x3", "--backend", "simulated", "--out", str(out)]
+    args += ["--train-tasks", "4", "--costnet-steps", "5", "--costnet-only"]
+    missing = cli(*args)
+    assert missing.returncode != 0 and "no cost dataset" in missing.stderr
+    assert not out.exists()  # nothing written
+    suite = make_suite(parse_suite_name("cpu-16x3", 4, 1))
+    dataset = CostDataset(out / "costs.sqlite")
+    collect(list(collection_jobs(suite, 12)), SimulatedBackend(), dataset, "cpu-16x3")
+    stored = len(dataset.rows())
+    done = cli(*args, "--holdout", "0.25")
+    assert done.returncode == 0, done.stderr
+    assert "held-out" in done.stdout and len(dataset.rows()) == stored
+    model = load_model(out / "costnet.pt")
+    assert model.metadata["examples"] == stored == 12
+    assert not (out / "model.pt").exists()  # no policy was trained

@@ -23,6 +23,17 @@ def positive(kind):
     return parse
 
 
+def share(text: str) -> float:
+    """An argparse type: a fraction strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
 def table_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table-ids", help="data-set files only: table ids to load, e.g. 0-99,200")
     parser.add_argument(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from pathlib import Path
 
-from dreamshard.cli.args import positive
+from dreamshard.cli.args import positive, share
 from dreamshard.costs.comm import TOPOLOGIES
+from dreamshard.errors import DreamshardError
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, LABELS, TrainConfig
 
@@ -33,7 +35,31 @@ def cmd_train(args: argparse.Namespace) -> None:
     from dreamshard.learn.train import train
 
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    if args.costnet_only:
+        fit_costnet_only(TrainConfig(**values), args.holdout)
+        return
     train(TrainConfig(**values))
+
+
+def fit_costnet_only(config: TrainConfig, holdout: float) -> None:
+    """`train --costnet-only`: the cost network alone on DIR/costs.sqlite, no measuring."""
+    from dreamshard.learn.model_file import save_model
+    from dreamshard.learn.train import dataset_path, train_costnet
+
+    if not dataset_path(config).exists():
+        raise DreamshardError(
+            f"no cost dataset at {dataset_path(config)}; fill it first (dreamshard collect, or "
+            f"dreamshard merge --dataset {dataset_path(config)} OTHER.sqlite)"
+        )
+    model, _, errors = train_costnet(config, holdout=holdout)
+    path = Path(config.out) / "costnet.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, path)
+    print(
+        f"wrote {path} (an untrained policy: judge or place with its cost network only); "
+        f"held-out fwd_comp MAPE {errors['fwd_comp_mape']:.1%}, bwd_comp "
+        f"{errors['bwd_comp_mape']:.1%}, overall {errors['overall_mape']:.1%}"
+    )
 
 
 def add_train_command(sub) -> None:
@@ -140,6 +166,21 @@ def add_train_command(sub) -> None:
         dest="measure_iterations",
         type=positive(int),
         help="fbgemm timed iterations per device (default 15)",
+    )
+    tr.add_argument(
+        "--costnet-only",
+        dest="costnet_only",
+        action="store_true",
+        help="fit only the cost network on the measurements already in DIR/costs.sqlite "
+        "(fill it with dreamshard collect or merge): nothing is measured and the policy is not "
+        "trained; writes DIR/costnet.pt",
+    )
+    tr.add_argument(
+        "--holdout",
+        type=share,
+        default=0.2,
+        help="with --costnet-only, the latest share of the measurements kept out of the fit "
+        "and scored (default 0.2)",
     )
     tr.set_defaults(func=cmd_train)
 
