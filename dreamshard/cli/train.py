@@ -45,13 +45,15 @@ def fit_costnet_only(config: TrainConfig, holdout: float) -> None:
     """`train --costnet-only`: the cost network alone on DIR/costs.sqlite, no measuring."""
     from dreamshard.learn.model_file import save_model
     from dreamshard.learn.train import dataset_path, train_costnet
+    from dreamshard.planners.dreamshard_planner import one_thread
 
     if not dataset_path(config).exists():
         raise DreamshardError(
             f"no cost dataset at {dataset_path(config)}; fill it first (dreamshard collect, or "
             f"dreamshard merge --dataset {dataset_path(config)} OTHER.sqlite)"
         )
-    model, _, errors = train_costnet(config, holdout=holdout)
+    with one_thread():  # a small network: a second thread only waits on the first
+        model, _, errors = train_costnet(config, holdout=holdout)
     path = Path(config.out) / "costnet.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, path)
