@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
-from dreamshard.costs.reference import normalisation_factor, normalised, term_factors
+from dreamshard.costs.reference import normalised
 from dreamshard.costs.types import DeviceCost, PlacementCost
+from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.train_config import LABELS
 from dreamshard.placement.suites import held_out
@@ -89,11 +90,10 @@ def labelled_cost(row, labels: str) -> PlacementCost | None:
     cost = record_cost(row)
     if labels == "raw":
         return cost
-    per_term = labels == "per-term"
-    factors = term_factors if per_term else normalisation_factor
-    if factors(cost.info) is None or cost.comm == "measured":
+    try:
+        return normalised(cost, per_term=labels == "per-term")
+    except DreamshardError:  # no reference time recorded to normalise by
         return None
-    return normalised(cost, per_term)
 
 
 def record_cost(row) -> PlacementCost:

@@ -69,8 +69,8 @@ def solve_simulated_milp(
     ms_per_byte = 1000.0 / (topology.bandwidth_gbps * 1e9)
     send = batch * dims * (d - 1) / d * POOLED_BYTES * ms_per_byte  # per table on the device
     recv = batch / d * dims * POOLED_BYTES * ms_per_byte  # per table elsewhere
-    latency = topology.latency_ms * (d - 1) if d > 1 else 0.0
-    if d == 1:
+    latency = topology.latency_ms * (d - 1)
+    if d == 1:  # no exchange
         send, recv = np.zeros(t), np.zeros(t)
 
     # variables: x (table-major, T*D) | y (D: device holds a table) | F | B
@@ -84,43 +84,28 @@ def solve_simulated_milp(
         return coo_matrix((values, (row_ids, cols)), shape=(num_rows, n)).tocsr()
 
     dev = np.arange(d)
+
+    def device_load(per_table, call, bound_col, rhs):
+        """sum_i per_table_i x_id + call y_d - (F or B) <= rhs, one row per device."""
+        matrix = rows(
+            np.r_[device_of, dev, dev],
+            np.r_[x, t * d + dev, np.full(d, bound_col)],
+            np.r_[per_table[table_of], np.full(d, call), -np.ones(d)],
+            d,
+        )
+        return LinearConstraint(matrix, -np.inf, rhs)
+
     constraints = [
         LinearConstraint(rows(table_of, x, np.ones(t * d), t), 1, 1),  # one device each
-        LinearConstraint(
+        LinearConstraint(  # y_d is 1 where device d holds a table
             rows(np.r_[x, x], np.r_[x, y_of], np.r_[np.ones(t * d), -np.ones(t * d)], t * d),
             -np.inf,
             0,
         ),
-        LinearConstraint(  # forward: sum a_i x_id + call y_d <= F
-            rows(
-                np.r_[device_of, dev, dev],
-                np.r_[x, t * d + dev, np.full(d, f_col)],
-                np.r_[fwd[table_of], np.full(d, call_fwd), -np.ones(d)],
-                d,
-            ),
-            -np.inf,
-            0,
-        ),
-        LinearConstraint(  # backward + 2 x send <= B
-            rows(
-                np.r_[device_of, dev, dev],
-                np.r_[x, t * d + dev, np.full(d, b_col)],
-                np.r_[(bwd + 2 * send)[table_of], np.full(d, call_bwd), -np.ones(d)],
-                d,
-            ),
-            -np.inf,
-            -2 * latency,
-        ),
-        LinearConstraint(  # backward + 2 x receive (everyone else's width) <= B
-            rows(
-                np.r_[device_of, dev, dev],
-                np.r_[x, t * d + dev, np.full(d, b_col)],
-                np.r_[(bwd - 2 * recv)[table_of], np.full(d, call_bwd), -np.ones(d)],
-                d,
-            ),
-            -np.inf,
-            -2 * latency - 2 * recv.sum(),
-        ),
+        device_load(fwd, call_fwd, f_col, 0.0),  # forward <= F
+        device_load(bwd + 2 * send, call_bwd, b_col, -2 * latency),  # backward + send <= B
+        # backward + receiving everyone else's width <= B
+        device_load(bwd - 2 * recv, call_bwd, b_col, -2 * latency - 2 * recv.sum()),
         LinearConstraint(
             rows(device_of, x, (task.table_bytes() / task.memory_cap_bytes)[table_of], d),
             -np.inf,
