@@ -96,10 +96,22 @@ def device_transfer_ms(
     widths = np.asarray(widths, dtype=np.float64)
     if d <= 1:
         return np.zeros_like(widths)
+    send, recv = exchange_bytes(widths, total, d, batch_size)
+    return topology.latency_ms * (d - 1) + np.maximum(send, recv) * ms_per_byte(topology)
+
+
+def exchange_bytes(
+    widths: np.ndarray, total: np.ndarray | float, d: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a device of width `widths` sends to the other `d - 1` devices and receives from
+    them (the rest of the `total` width), in bytes: both linear in the widths."""
     send = batch_size * widths * (d - 1) / d * POOLED_BYTES
     recv = batch_size / d * (total - widths) * POOLED_BYTES
-    seconds = np.maximum(send, recv) / (topology.bandwidth_gbps * 1e9)
-    return topology.latency_ms * (d - 1) + seconds * 1000.0
+    return send, recv
+
+
+def ms_per_byte(topology: Topology) -> float:
+    return 1000.0 / (topology.bandwidth_gbps * 1e9)
 
 
 def modeled_comm(

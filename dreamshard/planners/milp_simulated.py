@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from dreamshard.costs.comm import POOLED_BYTES, get_topology
+from dreamshard.costs.comm import exchange_bytes, get_topology, ms_per_byte
 from dreamshard.costs.simulated import SimulatedBackend, table_quantities
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.milp import STATUS, MilpResult
@@ -33,10 +33,11 @@ from dreamshard.tables.traces import table_batch_size
 CALL, TABLES, LOOKUPS, VOLUME, TOUCHED, WIDTH, LOOKUPS_X_WIDTH = range(7)
 
 
-def table_terms(task: PlacementTask, backend: SimulatedBackend) -> tuple[np.ndarray, np.ndarray]:
+def table_terms(
+    task: PlacementTask, backend: SimulatedBackend, batch: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Each table's additive forward and backward ms on a device (per-call overhead and cache
     overflow apart), [T] each: the backend's weights times the table's own group features."""
-    batch = table_batch_size(task.tables, backend.batch_size)
     count, lookups, volume, touched, width, dims = table_quantities(task.tables, batch).T
     own = np.zeros((len(task.tables), 7))
     own[:, TABLES], own[:, LOOKUPS], own[:, VOLUME] = count, lookups, volume
@@ -61,14 +62,14 @@ def solve_simulated_milp(
     start = time.perf_counter()
     backend = backend or SimulatedBackend()
     t, d = len(task.tables), task.num_devices
-    fwd, bwd = table_terms(task, backend)
+    batch = table_batch_size(task.tables, backend.batch_size)
+    fwd, bwd = table_terms(task, backend, batch)
     call_fwd, call_bwd = backend.model.fwd[CALL], backend.model.bwd[CALL]
     dims = np.array([tab.dim for tab in task.tables], dtype=np.float64)
     topology = get_topology(backend.topology)
-    batch = table_batch_size(task.tables, backend.batch_size)
-    ms_per_byte = 1000.0 / (topology.bandwidth_gbps * 1e9)
-    send = batch * dims * (d - 1) / d * POOLED_BYTES * ms_per_byte  # per table on the device
-    recv = batch / d * dims * POOLED_BYTES * ms_per_byte  # per table elsewhere
+    # ms each table adds to what its device sends, and to what the others receive
+    send = exchange_bytes(dims, 0.0, d, batch)[0] * ms_per_byte(topology)
+    recv = exchange_bytes(np.zeros(t), dims, d, batch)[1] * ms_per_byte(topology)
     latency = topology.latency_ms * (d - 1)
     if d == 1:  # no exchange
         send, recv = np.zeros(t), np.zeros(t)
