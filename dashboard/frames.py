@@ -13,7 +13,7 @@ from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.files import read_json
 from dreamshard.learn.costnet import DEVICE_TERMS
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.registry import kind_of
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.shards import Split
 
@@ -80,9 +80,8 @@ def evaluated_placement(
 
 def planner_order(planners: list[str]) -> list[str]:
     """Learned planners first, then the heuristics, random last."""
-    learned = [p for p in planners if p not in HEURISTIC_KEYS and p != "random"]
-    heuristics = [p for p in planners if p in HEURISTIC_KEYS]
-    return learned + heuristics + [p for p in planners if p == "random"]
+    last = {"heuristic": 1, "baseline": 2}  # by kind; every other planner comes first
+    return sorted(planners, key=lambda p: last.get(kind_of(p), 0))
 
 
 def ratios_to_best_heuristic(evaluation: dict) -> pd.DataFrame:

@@ -12,13 +12,11 @@ from pathlib import Path
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.methods import place
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import place, registrations
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.sources import load_tables
 from dreamshard.tables.table import Table
 
-HEURISTICS = tuple(PLANNERS)  # random and the four greedy keys: no model needed
 EXAMPLE_CSV = """name,rows,dim,pooling_factor
 user_id,4000000,64,1
 item_id,2500000,64,1
@@ -41,11 +39,17 @@ def tables_from_text(text: str, filename: str = "tables.csv") -> list[Table]:
             raise DreamshardError(str(exc).replace(str(path), filename)) from None
 
 
+def model_free_methods() -> list[str]:
+    """The registered methods the page offers beside the registered models: those that need
+    no model (read when the page runs, so a planner registered later is offered too)."""
+    return [r.name for r in registrations() if not r.needs_model]
+
+
 def place_tables(
     task: PlacementTask, method: str, model: DreamShardModel | None = None, split: str = "auto"
 ) -> Placement:
     """A legal placement by a heuristic (`model` None) or by a DreamShard model's policy;
-    `split` "auto" lets the planner split tables (`methods.place`), "none" places them whole."""
+    `split` "auto" lets the planner split tables (`registry.place`), "none" places them whole."""
     if model is None:
         return place(task, method, split=split)
     return place(task, "dreamshard", model=model, split=split)

@@ -13,7 +13,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from dreamshard.costs.types import COST_TERMS
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.registry import kind_of
 
 TERM_COLOURS = {
     "fwd_comp": "#4C78A8",
@@ -194,10 +194,8 @@ def cost_figure(
 def planner_colours(planners: list[str]) -> dict[str, str]:
     """Learned planners in strong colours; the heuristics grey; random light grey."""
     strong = iter(["#E45756", "#4C78A8", "#F58518", "#54A24B", "#B279A2", "#9D755D"] * 4)
-    return {
-        p: "#BBBBBB" if p == "random" else "#7F7F7F" if p in HEURISTIC_KEYS else next(strong)
-        for p in planners
-    }
+    greys = {"baseline": "#BBBBBB", "heuristic": "#7F7F7F"}
+    return {p: greys.get(kind_of(p)) or next(strong) for p in planners}
 
 
 def compare_figure(ratios: pd.DataFrame, planners: list[str]) -> go.Figure:

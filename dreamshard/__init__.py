@@ -28,9 +28,12 @@ _EXPORTS = {
     "Table": "dreamshard.tables.table",
     "Placement": "dreamshard.placement.tasks",
     "PlacementTask": "dreamshard.placement.tasks",
-    "PLANNERS": "dreamshard.placement.heuristics",
-    "METHODS": "dreamshard.methods",
-    "place": "dreamshard.methods",
+    "PLANNERS": "dreamshard.placement.heuristics",  # deprecated: `registry.baseline_planners`
+    "METHODS": "dreamshard.placement.registry",
+    "place": "dreamshard.placement.registry",
+    "register": "dreamshard.placement.registry",
+    "BasePlanner": "dreamshard.placement.planner",
+    "PlanOptions": "dreamshard.placement.planner",
 }
 __all__ = sorted(_EXPORTS)
 

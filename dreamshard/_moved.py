@@ -1,7 +1,9 @@
-"""Module paths from before the stage packages (0.1), kept as aliases for one release.
+"""Module paths that moved, kept as aliases for one release.
 
 `import dreamshard.synthetic` still works and gives the module at its new path, with a
-DeprecationWarning that names it. Remove in 0.3 (CHANGELOG.md lists the moves).
+DeprecationWarning that names it: the stage packages (0.1) and the planner registry (0.2).
+A module whose names went to several places (`MOVED_NAMES`) gives a stand-in that finds each
+name at its new home. Remove in 0.3 (CHANGELOG.md lists the moves).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
 MOVED = {
@@ -42,12 +45,26 @@ MOVED = {
     "dreamshard.search": "dreamshard.planners.search",
     "dreamshard.milp": "dreamshard.planners.milp",
     "dreamshard.bounds": "dreamshard.planners.bounds",
-    "dreamshard.torchrec_planner": "dreamshard.planners.torchrec_planner",
+    "dreamshard.torchrec_planner": "dreamshard.integrations.torchrec_planner",
     "dreamshard.compare": "dreamshard.evaluation.rounds",
     "dreamshard.evaluate": "dreamshard.evaluation.evaluate",
     "dreamshard.torchrec_export": "dreamshard.integrations.torchrec_export",
     "dreamshard.summaries": "dreamshard.cli.summaries",
     "dreamshard.demo": "dreamshard.cli.demo",
+    # 0.2: the planner registry, splitting in one module, TorchRec code in integrations
+    "dreamshard.methods": "dreamshard.placement.registry",
+    "dreamshard.planners.split_choice": "dreamshard.placement.splitting",
+    "dreamshard.planners.torchrec_planner": "dreamshard.integrations.torchrec_planner",
+    "dreamshard.costs.dmp": "dreamshard.integrations.dmp_backend",
+    "gpu_tasks.tbe": "dreamshard.costs.tbe",  # the kernel timing is the library's; programs stay
+}
+
+# Names of a moved module that went elsewhere than the module (old module -> name -> new module)
+MOVED_NAMES = {
+    "dreamshard.methods": {
+        "resolve_model": "dreamshard.learn.model_file",
+        "MODEL_FILE": "dreamshard.learn.model_file",
+    },
 }
 
 
@@ -66,10 +83,26 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=3,
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        if spec.name not in MOVED_NAMES:
+            return module
+        return _stand_in(spec.name, module, MOVED_NAMES[spec.name])
 
     def exec_module(self, module) -> None:
         pass  # the module at the new path is already executed
+
+
+def _stand_in(old: str, module: types.ModuleType, elsewhere: dict[str, str]):
+    """A module named `old` whose names are `module`'s, except those in `elsewhere`."""
+    stand_in = types.ModuleType(old, module.__doc__)
+
+    def __getattr__(name: str):
+        if name in elsewhere:
+            return getattr(importlib.import_module(elsewhere[name]), name)
+        return getattr(module, name)
+
+    stand_in.__getattr__ = __getattr__
+    return stand_in
 
 
 def install() -> None:

@@ -5,8 +5,8 @@ Planners: random, the four heuristics, the candidate model and the current champ
 (`dreamshard.evaluation.refine`; it never counts as the candidate's own). The
 candidate becomes `champion` (in both registered models) only when its measured cost beats the
 champion's on these tasks (paired geometric mean ratio below 1); otherwise it is `candidate`.
-With `eval_backend` (for example "dmp": real TorchRec training steps, `costs/dmp.py`), the
-placements are measured, and the promotion decided, on that backend instead of the one the
+With `eval_backend` (for example "dmp": real TorchRec training steps,
+`integrations/dmp_backend.py`), the placements are measured, and the promotion decided, on that backend instead of the one the
 models were trained on.
 """
 
@@ -20,8 +20,7 @@ from dreamshard.costs.dataset import CostDataset
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
 from dreamshard.evaluation.refine import REFINE_SECONDS, refined_planner
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.methods import named_planner
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import markdown_table
 from dreamshard.tracking import (
@@ -126,7 +125,7 @@ def evaluate_models(
     with mlflow_run("evaluate", suite, params, parent_run_id):
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
-        planners = dict(PLANNERS)
+        planners = baseline_planners()
         planners["candidate"] = named_planner("dreamshard", candidate_model, samples)
         if refine_backend:
             planners["candidate_refined"] = refined_planner(

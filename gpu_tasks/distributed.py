@@ -30,9 +30,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dreamshard.costs.tbe import GroupInput, TimingConfig, build_tbe
 from dreamshard.files import write_json_atomic
 from dreamshard.tables.sources import table_from_record
-from gpu_tasks.tbe import GroupInput, TimingConfig, build_tbe
 
 
 def _sync(device: torch.device) -> None:

@@ -2,8 +2,8 @@
 
     torchrun --nproc_per_node D -m gpu_tasks.dmp_step --job job.json --out result.json
 
-The job (written by `dreamshard.costs.dmp`) holds the tables (records), the plans (each a
-dreamshard plan, `placement/plan_file.py`, or a TorchRec plan in its JSON form,
+The job (written by `dreamshard.integrations.dmp_backend`) holds the tables (records), the
+plans (each a dreamshard plan, `placement/plan_file.py`, or a TorchRec plan in its JSON form,
 `integrations/torchrec_export.py`) and the step settings. Every rank builds, for every plan, the
 same small training model: an `EmbeddingBagCollection` of the tables, a dense tower over the
 pooled embeddings and a binary cross-entropy loss, wrapped in `DistributedModelParallel` with
@@ -19,7 +19,7 @@ by other work on a shared host and the time it was blocked waiting for the other
 
 This program sits at the top of the stack, as a user's TorchRec program would: it imports the
 plan conversion from `dreamshard.integrations.torchrec_export`; nothing in the library imports
-it (`costs/dmp.py` starts it under torchrun).
+it (`integrations/dmp_backend.py` starts it under torchrun).
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ def torchrec_plan_json(entry: dict, tables: list, device: torch.device) -> dict:
     from dreamshard.placement.plan_file import placement_from_plan
     from dreamshard.placement.tasks import PlacementTask
 
-    if entry["kind"] != "dreamshard":
-        return entry["plan"]  # TorchRec's own, made for this kind of device
-    plan = entry["plan"]
+    if "sharding_plan" in entry:
+        return entry["sharding_plan"]  # TorchRec's own, made for this kind of device
+    plan = entry["placement"]
     task = PlacementTask(
         tuple(tables),
         plan["num_devices"],

@@ -255,7 +255,7 @@ def split_evaluation_env(empty_env):
     from dashboard.place import EXAMPLE_CSV, tables_from_text
     from dreamshard.costs.backends import make_backend
     from dreamshard.evaluation.evaluate import evaluate
-    from dreamshard.methods import named_planner
+    from dreamshard.placement.registry import named_planner
     from dreamshard.placement.tasks import GIB, PlacementTask
 
     task = PlacementTask(tuple(tables_from_text(EXAMPLE_CSV)), 4, GIB // 2, name="spec/test/0")

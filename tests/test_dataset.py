@@ -13,10 +13,10 @@ from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, record_costs, record_task
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
+from dreamshard.costs.tbe import TimingConfig
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from gpu_tasks.tbe import TimingConfig
 from tests.conftest import SCRIPT, error_line
 
 FAST = TimingConfig(warmup=1, iterations=2)

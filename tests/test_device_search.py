@@ -11,7 +11,7 @@ from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train_config import COSTNET_ENCODERS
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.heuristics import random_place
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import is_legal
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
@@ -31,7 +31,7 @@ def untrained(comm: dict | None, seed: int, encoder: str = "relu") -> DreamShard
 def test_the_analytic_model_is_the_simulated_backend(task):
     backend = SimulatedBackend()
     model = analytic_model(task, backend)
-    placements = [PLANNERS["random"](task, seed) for seed in range(6)]
+    placements = [random_place(task, seed) for seed in range(6)]
     exact = backend.overall_many(task, placements)
     ours = [model.cost(task, np.array(p.devices)) for p in placements]
     assert ours == pytest.approx(exact.tolist(), rel=1e-9)
@@ -49,7 +49,7 @@ def test_the_costnet_model_is_the_cost_network(task, comm, encoder):
     and a search that ends at a legal placement no worse than where it began, where no move
     and no swap at all (not only those touching a critical device) is cheaper."""
     model = untrained(comm, seed=len(task.tables), encoder=encoder)
-    placements = [PLANNERS["random"](task, seed) for seed in range(6)]
+    placements = [random_place(task, seed) for seed in range(6)]
     scorer = costnet_scorer(model, task)
     reference = np.array(scorer(placements)) / 2.5
     searched = costnet_model(model.costnet, task)

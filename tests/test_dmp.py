@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dreamshard.costs.backends import describe_costs, make_backend
-from dreamshard.costs.dmp import DmpBackend, StepConfig, host_cores
 from dreamshard.errors import DreamshardError
+from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig, host_cores
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
 

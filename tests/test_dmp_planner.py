@@ -31,7 +31,7 @@ from dreamshard.integrations.torchrec_tables import (  # noqa: E402
 from dreamshard.learn.costnet import CostNet  # noqa: E402
 from dreamshard.learn.model_file import DreamShardModel, save_model  # noqa: E402
 from dreamshard.learn.policy import PlacementPolicy  # noqa: E402
-from dreamshard.methods import place  # noqa: E402
+from dreamshard.placement.registry import place  # noqa: E402
 from dreamshard.placement.tasks import PlacementTask  # noqa: E402
 from dreamshard.tables.sources import load_tables, table_from_record  # noqa: E402
 from dreamshard.tables.table import DEFAULT_HISTOGRAM  # noqa: E402

@@ -33,7 +33,7 @@ from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from gpu_tasks.tbe import TimingConfig
+from dreamshard.costs.tbe import TimingConfig
 
 dataset, ready, go, first = sys.argv[1:]
 suite = make_suite(parse_suite_name("cpu-12x2", num_train_tasks=2, num_test_tasks=1))

@@ -22,7 +22,7 @@ from dreamshard.learn.model_file import DreamShardModel, load_model, model_state
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train import TrainConfig, fresh_state, load_checkpoint, train
 from dreamshard.learn.train_config import COSTNET_ENCODERS
-from dreamshard.methods import place
+from dreamshard.placement.registry import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.sources import load_tables

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from dreamshard.costs.fbgemm import FbgemmBackend, MeasurementError
+from dreamshard.costs.tbe import TimingConfig
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
-from gpu_tasks.tbe import TimingConfig
 
 FAST = TimingConfig(warmup=1, iterations=5)
 GIB = 2**30

@@ -9,11 +9,11 @@ from dreamshard.costs.comm import get_topology, transfer_ms
 from dreamshard.costs.dataset import CostDataset, record_task
 from dreamshard.costs.fbgemm import FbgemmBackend, device_groups
 from dreamshard.costs.simulated import group_features
+from dreamshard.costs.tbe import TimingConfig
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_task
 from dreamshard.tables.shards import Split
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.traces import trace_for
-from gpu_tasks.tbe import TimingConfig
 
 FAST = TimingConfig(warmup=1, iterations=5)
 GIB = 2**30

@@ -16,8 +16,7 @@ from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy, fast_rollout
 from dreamshard.learn.rnn import RnnPlacer
-from dreamshard.methods import place
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place, heuristic_keys
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import (
     largest_first,
     least_load_dive,
@@ -25,6 +24,7 @@ from dreamshard.placement.packing import (
     search_assignment,
 )
 from dreamshard.placement.plan_file import plan_to_dict
+from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.tasks import PlacementTask, device_memory, is_legal
 from dreamshard.planners import dreamshard_planner
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
@@ -102,7 +102,7 @@ def check(task, feasible, planner, *args, **kwargs) -> None:
     assert is_legal(task, placement), (task.name, device_memory(task, placement))
 
 
-@pytest.mark.parametrize("method", list(PLANNERS))
+@pytest.mark.parametrize("method", method_names("baseline", "heuristic"))
 def test_every_heuristic_is_legal_under_binding_caps(tasks, method):
     for task, seed, feasible in tasks:
         check(task, feasible, place, method, seed)
@@ -166,7 +166,7 @@ def test_the_rnn_is_legal_on_its_device_count_under_binding_caps():
 @pytest.mark.parametrize("reserve", [True, False])
 def test_torchrec_plans_are_legal_or_declined_under_binding_caps(tasks, reserve):
     pytest.importorskip("torchrec")
-    from dreamshard.planners.torchrec_planner import torchrec_place
+    from dreamshard.integrations.torchrec_planner import torchrec_place
 
     planned = 0
     # with its own reservation (15% of a device and more) TorchRec declines caps this tight

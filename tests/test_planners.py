@@ -6,8 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.methods import place
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory, is_legal
 from dreamshard.tables.table import Table
 
@@ -54,7 +53,7 @@ tasks = st.builds(
 @given(task=tasks, seed=st.integers(0, 2**16))
 def test_every_planner_is_legal_or_says_infeasible_exactly(task, seed):
     feasible = legal_placement_exists(task)
-    for method in PLANNERS:
+    for method in method_names("baseline", "heuristic"):
         try:
             placement = place(task, method, seed, split="none")
         except InfeasibleError:
@@ -75,7 +74,7 @@ big_tasks = st.builds(
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=big_tasks, seed=st.integers(0, 2**16))
 def test_planners_on_larger_tasks_never_overload_a_device(task, seed):
-    for method in PLANNERS:
+    for method in method_names("baseline", "heuristic"):
         try:
             placement = place(task, method, seed, split="none")
         except InfeasibleError:

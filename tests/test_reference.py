@@ -10,13 +10,13 @@ from dreamshard.costs.dataset import CostDataset, measurement_key
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables, term_factors
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.tbe import TimingConfig
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.costnet_data import load_examples
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import concat_traces
-from gpu_tasks.tbe import TimingConfig
 
 FAST = TimingConfig(warmup=1, iterations=3, device="cpu")  # the nominal is the CPU's
 

@@ -12,8 +12,8 @@ from test_planners import tasks as small_tasks
 
 from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
 from dreamshard.errors import InfeasibleError
-from dreamshard.methods import place
-from dreamshard.placement.heuristics import PLANNERS, heuristic_keys
+from dreamshard.placement.heuristics import heuristic_keys
+from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.tasks import Placement, is_legal
 from dreamshard.planners.bounds import additive_makespan, lower_bounds
 from dreamshard.planners.milp import solve_milp
@@ -53,7 +53,10 @@ def test_the_milp_finds_the_brute_force_optimum_within_memory(task, raw_costs):
 def test_no_planner_beats_the_milp_or_a_lower_bound_on_its_additive_cost(task, seed):
     if not legal_placement_exists(task):
         return
-    placements = {method: place(task, method, seed, split="none") for method in PLANNERS}
+    placements = {
+        method: place(task, method, seed, split="none")
+        for method in method_names("baseline", "heuristic")
+    }
     for key in ("dim", "size", "lookup", "size_lookup"):
         table_costs = heuristic_keys(task, key)
         result = solve_milp(task, table_costs, rel_gap=0.0)
@@ -82,7 +85,7 @@ def test_a_larger_task_reports_its_time_limit_and_gap():
     assert result.status in ("optimal", "time_limit") and is_legal(task, result.placement)
     assert result.bound >= lower_bounds(table_costs, 4).best * (1 - 1e-9)
     # the bound is a bound: no legal placement, whoever made it, beats it
-    for method in PLANNERS:
+    for method in method_names("baseline", "heuristic"):
         for seed in range(3):
             value = additive_makespan(table_costs, place(task, method, seed, split="none"), 4)
             assert result.bound <= value * (1 + 1e-9)

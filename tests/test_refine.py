@@ -12,9 +12,9 @@ from dreamshard.evaluation.refine import choose, refine
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel, save_model
 from dreamshard.learn.policy import PlacementPolicy
-from dreamshard.methods import place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.plan_file import placement_from_plan, read_plan
+from dreamshard.placement.registry import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask, is_legal
 from dreamshard.tables.sources import load_tables

@@ -11,8 +11,8 @@ from dreamshard.learn.model_file import save_model
 from dreamshard.learn.rnn import load_rnn, rnn_place, save_rnn, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import train
-from dreamshard.methods import place
 from dreamshard.placement.heuristics import heuristic_keys
+from dreamshard.placement.registry import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import is_legal
 from dreamshard.planners.bounds import additive_makespan

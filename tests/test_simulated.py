@@ -15,12 +15,12 @@ from dreamshard.costs.simulated import (
     fit_model,
     group_features,
 )
+from dreamshard.costs.tbe import TimingConfig
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.table import Table
-from gpu_tasks.tbe import TimingConfig
 
 
 def small_tables(n, rows=1000, dim=16, pooling=2.0):

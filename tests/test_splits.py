@@ -17,10 +17,15 @@ from dreamshard.integrations.torchrec_export import torchrec_plan_dict
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import PlacementPolicy
-from dreamshard.methods import METHODS, named_planner, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.plan_file import placement_from_plan, read_plan, write_plan
-from dreamshard.placement.splitting import balance_splits, memory_splits
+from dreamshard.placement.registry import named_planner, place, registrations
+from dreamshard.placement.splitting import (
+    balance_splits,
+    candidate_splits,
+    heuristic_placements,
+    memory_splits,
+)
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import (
     GIB,
@@ -31,14 +36,13 @@ from dreamshard.placement.tasks import (
     placement_task,
     shard_task,
 )
-from dreamshard.planners.split_choice import candidate_splits, heuristic_placements
 from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import trace_for
 
-SPLIT_METHODS = [
-    m for m in METHODS if m not in ("dreamshard", "dreamshard_search", "rnn", "torchrec")
+SPLIT_METHODS = [  # every method that needs no model nor another package
+    r.name for r in registrations() if not r.needs
 ]
 
 

@@ -3,8 +3,7 @@ import json
 import pytest
 
 from dreamshard.errors import DreamshardError
-from dreamshard.methods import place
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.suites import (
     load_suite,
     make_suite,
@@ -46,7 +45,7 @@ def test_memory_caps_bind_and_some_are_tight(suite):
         even = sizes.sum() / task.num_devices
         assert task.memory_cap_bytes <= max(1.5 * even, sizes.max()) + 2**20
     for task in suite.test_tasks:
-        for method in PLANNERS:
+        for method in method_names("baseline", "heuristic"):
             assert is_legal(task, place(task, method))
 
 

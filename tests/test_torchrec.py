@@ -18,10 +18,10 @@ from dreamshard.integrations.torchrec_export import (
     sharding_plan_to_dict,
     torchrec_plan_dict,
 )
-from dreamshard.methods import place
+from dreamshard.integrations.torchrec_planner import torchrec_place, torchrec_row_bounds
+from dreamshard.placement.registry import place
+from dreamshard.placement.splitting import heuristic_placements
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
-from dreamshard.planners.split_choice import heuristic_placements
-from dreamshard.planners.torchrec_planner import torchrec_place, torchrec_row_bounds
 from dreamshard.tables.shards import Split, max_column_parts
 from dreamshard.tables.table import Table
 
@@ -106,7 +106,7 @@ def test_exported_plans_round_trip(torchrec):
 
 
 def test_torchrec_own_plan_exports_like_ours(torchrec):
-    from dreamshard.planners.torchrec_planner import plan_with_torchrec, torchrec_request
+    from dreamshard.integrations.torchrec_planner import plan_with_torchrec, torchrec_request
 
     task = random_task(np.random.default_rng(4), slack=2.0)
     plan = plan_with_torchrec(torchrec_request(task, reserve=False))
@@ -232,7 +232,7 @@ def torchrec_plan_of(tables: list[tuple[str, int, int]], world: int, types: list
         Topology,
     )
 
-    from dreamshard.planners.torchrec_planner import quiet_torchrec
+    from dreamshard.integrations.torchrec_planner import quiet_torchrec
 
     configs = [
         EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=[n])

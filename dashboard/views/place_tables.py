@@ -122,7 +122,7 @@ memory_gib = memory_col.number_input(
     help=f"The tables need {total / GIB:.3f} GiB in all at {precision}",
 )
 planner = planner_col.selectbox(
-    "Planner or registered model", [*models, *place.HEURISTICS], key="place_planner"
+    "Planner or registered model", [*models, *place.model_free_methods()], key="place_planner"
 )
 split = split_col.selectbox(
     "Split tables",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dreamshard.costs.types import CostBackend
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners
 from dreamshard.placement.suites import SuiteSpec, make_suite
 from dreamshard.report import format_table
 
@@ -12,12 +12,13 @@ from dreamshard.report import format_table
 def run_demo(spec: SuiteSpec, rounds: int, backend: CostBackend) -> None:
     print(f"making suite {spec.name} ({spec.num_test_tasks} test tasks)...", flush=True)
     suite = make_suite(spec)
+    planners = baseline_planners()
     print(
-        f"placing with {len(PLANNERS)} planners and measuring in {rounds} interleaved rounds "
+        f"placing with {len(planners)} planners and measuring in {rounds} interleaved rounds "
         f"on {backend.name}...",
         flush=True,
     )
-    evaluation = evaluate(suite.test_tasks, PLANNERS, backend, rounds=rounds)
+    evaluation = evaluate(suite.test_tasks, planners, backend, rounds=rounds)
     header, rows = summary_table(evaluation)
     print(format_table(header, rows))
     print(

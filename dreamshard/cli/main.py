@@ -16,8 +16,16 @@ import numpy as np
 from dreamshard.cli.args import load_table_source, positive, table_source_options
 from dreamshard.costs.backends import BACKENDS
 from dreamshard.errors import DreamshardError
-from dreamshard.methods import METHODS, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
+from dreamshard.placement.registry import (
+    MODEL,
+    RNN_PLACER,
+    TORCHREC,
+    method_names,
+    place,
+    registration,
+    registrations,
+)
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory, shard_view
 from dreamshard.report import format_table
@@ -81,20 +89,18 @@ def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]
 
 
 def cmd_place(args: argparse.Namespace) -> None:
-    from dreamshard.placement.plan_file import write_plan
-
     tables = load_table_source(args)
     cap = int(args.mem_gb * GIB)
     task = PlacementTask(
         tuple(tables), args.devices, cap, args.precision, str(args.tables), args.optimizer
     )
     model, note = args.model, None
-    if args.method in ("dreamshard", "dreamshard_search"):
+    entry = registration(args.method)
+    if entry.needs_model:  # loaded once, here, to say whether the task is one it was trained for
         from dreamshard.learn.coverage import outside_training
-        from dreamshard.methods import resolve_model
 
-        model = resolve_model(args.model)
-        note = outside_training(task, model.metadata.get("ranges"))
+        model = entry.load().load_model(args.model)
+        note = outside_training(task, getattr(model, "metadata", {}).get("ranges"))
     if args.refine_seconds is not None and not args.refine:
         raise DreamshardError("--refine-seconds needs --refine BACKEND (fbgemm or simulated)")
     start = time.perf_counter()
@@ -131,14 +137,46 @@ def cmd_place(args: argparse.Namespace) -> None:
         "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
         "size_lookup = lookup*log10(rows)"
     )
-    if args.out and args.format == "torchrec":
-        from dreamshard.integrations.torchrec_export import write_torchrec_plan
+    if args.out:
+        PLAN_WRITERS[args.format](task, placement, args, note, refinement)
 
-        write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
-        print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
-    elif args.out:
-        write_plan(task, placement, args.out, note, refinement and refinement.record())
-        print(f"wrote {args.out}")
+
+def write_our_plan(task, placement, args, note, refinement) -> None:
+    from dreamshard.placement.plan_file import write_plan
+
+    write_plan(task, placement, args.out, note, refinement and refinement.record())
+    print(f"wrote {args.out}")
+
+
+def write_sharding_plan(task, placement, args, _note, _refinement) -> None:
+    from dreamshard.integrations.torchrec_export import write_torchrec_plan
+
+    write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
+    print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
+
+
+# `place --format`: the plan file's layouts
+PLAN_WRITERS = {"dreamshard": write_our_plan, "torchrec": write_sharding_plan}
+
+
+def cmd_methods(args: argparse.Namespace) -> None:
+    rows = [[r.name, r.kind, ", ".join(r.needs) or "-", r.summary] for r in registrations()]
+    print(format_table(["method", "kind", "needs", "what it does"], rows))
+
+
+def method_help() -> str:
+    """`--method`'s help, from the registry: what each kind of need asks for."""
+    asks = {
+        MODEL: "--model (a trained model)",
+        RNN_PLACER: "--model (an RNN placer file)",
+        TORCHREC: "TorchRec (`make torchrec`)",
+    }
+    parts = []
+    for need, ask in asks.items():
+        names = [r.name for r in registrations() if need in r.needs]
+        if names:
+            parts.append(f"{', '.join(names)} need{'s' if len(names) == 1 else ''} {ask}")
+    return f"planner (default size_lookup; `dreamshard methods` lists them); {'; '.join(parts)}"
 
 
 def refine_placement(task: PlacementTask, args: argparse.Namespace, model):
@@ -226,10 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument(
         "--method",
-        choices=list(METHODS),
+        choices=list(method_names()),
         default="size_lookup",
-        help="planner (default size_lookup); dreamshard and dreamshard_search "
-        "need --model (a trained model), rnn --model (an RNN placer file)",
+        help=method_help(),
     )
     pl.add_argument(
         "--model",
@@ -288,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", help="write the plan JSON here")
     pl.add_argument(
         "--format",
-        choices=["dreamshard", "torchrec"],
+        choices=list(PLAN_WRITERS),
         default="dreamshard",
         help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
         "sharding plan as JSON (docs/torchrec.md)",
@@ -315,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_cost_commands(sub)
     add_train_command(sub)
     add_train_rnn_command(sub)
+
+    methods = sub.add_parser("methods", help="list the placement methods --method accepts")
+    methods.set_defaults(func=cmd_methods)
 
     demo = sub.add_parser(
         "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"

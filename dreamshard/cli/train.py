@@ -189,8 +189,8 @@ def add_train_command(sub) -> None:
 
 def cmd_train_rnn(args: argparse.Namespace) -> None:
     # torch models: imported only when this command runs
+    from dreamshard.learn.model_file import resolve_model
     from dreamshard.learn.rnn import save_rnn, train_rnn
-    from dreamshard.methods import resolve_model
     from dreamshard.planners.dreamshard_planner import one_thread
 
     model = resolve_model(args.model)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
+from dreamshard.lazy import load_object
 
 BACKENDS = ("fbgemm", "simulated", "dmp")
+# The dmp backend runs TorchRec training steps: it lives with the TorchRec code, above this stage
+DMP = "dreamshard.integrations.dmp_backend"
 
 
 def make_backend(
@@ -15,7 +18,7 @@ def make_backend(
     `dmp` (real TorchRec training steps under torchrun; `iterations` sets its timed steps)."""
     if name == "fbgemm":
         from dreamshard.costs.fbgemm import FbgemmBackend
-        from gpu_tasks.tbe import TimingConfig
+        from dreamshard.costs.tbe import TimingConfig
 
         timing = TimingConfig(iterations=iterations) if iterations else TimingConfig()
         return FbgemmBackend(timing=timing, topology=topology, launcher=launcher)
@@ -24,9 +27,9 @@ def make_backend(
 
         return SimulatedBackend(topology="cpu-gloo" if topology == "auto" else topology)
     if name == "dmp":
-        from dreamshard.costs.dmp import DmpBackend, StepConfig
-
-        return DmpBackend(StepConfig(steps=iterations) if iterations else StepConfig())
+        step_config = load_object(f"{DMP}:StepConfig")
+        steps = step_config(steps=iterations) if iterations else step_config()
+        return load_object(f"{DMP}:DmpBackend")(steps)
     raise DreamshardError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -52,8 +55,7 @@ def describe_costs(config: dict) -> str:
             f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
         )
     if name == "dmp":
-        from dreamshard.costs.dmp import CLOCKS
-
+        clocks = load_object(f"{DMP}:CLOCKS")
         device = config.get("device", "?")
         steps = config.get("steps", {})
         precision = "fp16" if device == "cuda" else "fp32"
@@ -63,7 +65,7 @@ def describe_costs(config: dict) -> str:
             f"fused kernels and optimizer, dense tower, all-to-alls) under torchrun, one rank "
             f"per device on {device} ({group}), {precision} weights; the slowest rank's median "
             f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up "
-            f"({CLOCKS[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
+            f"({clocks[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
             "into terms)"
         )
     return f"{name} backend"

@@ -17,18 +17,21 @@ from dreamshard.costs.dataset import CostDataset, measurement_key
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.planner import SeededPlanner
+from dreamshard.placement.registry import method_names, named_planner
 from dreamshard.placement.splitting import balance_splits, memory_splits, row_variant, split_place
 from dreamshard.placement.suites import Suite
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.progress import Progress
 from dreamshard.tables.shards import Split, split_problem
 
+# The registered planners each mix draws on, by kind.
 MIXES = {
-    "random": ("random",),
-    "heuristic": tuple(HEURISTIC_KEYS),
-    "mixed": ("random", *HEURISTIC_KEYS),
-    "split": ("random", *HEURISTIC_KEYS),  # the same planners, each placing split tables
+    "random": ("baseline",),
+    "heuristic": ("heuristic",),
+    "mixed": ("baseline", "heuristic"),
+    "split": ("baseline", "heuristic"),  # the same planners, each placing split tables
 }
 
 # What the "split" mix cuts, attempt i taking SPLIT_SHAPES[i % 3]: the balance rule's column
@@ -65,7 +68,8 @@ def collection_jobs(
     """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
-    methods = MIXES[mix]
+    methods = method_names(*MIXES[mix])
+    planners = {method: named_planner(method) for method in methods}  # whole tables
     tasks = suite.train_tasks
     seen: set[tuple[str, tuple[int, ...]]] = set()
     for i in range(10 * count):
@@ -77,9 +81,10 @@ def collection_jobs(
         method = methods[(i + i // len(tasks)) % len(methods)]
         try:
             if mix == "split":
-                placement = split_proposal(task, method, SPLIT_SHAPES[i % len(SPLIT_SHAPES)], i)
+                shape = SPLIT_SHAPES[i % len(SPLIT_SHAPES)]
+                placement = split_proposal(task, planners[method], method, shape, i)
             else:
-                placement = PLANNERS[method](task, i)
+                placement = planners[method](task, i)
         except InfeasibleError:
             continue
         identity = (task.name, placement.devices, placement.splits)
@@ -88,11 +93,13 @@ def collection_jobs(
             yield Job(task, placement)
 
 
-def split_proposal(task: PlacementTask, method: str, shape: str, seed: int) -> Placement:
-    """`method`'s placement (seeded by `seed`) of the task's tables split as `shape` says
-    (`SPLIT_SHAPES`), by the balance rule under `method`'s key (random: a heuristic's key by
-    the seed). Where the rule cuts nothing, the table of the largest key is halved, so every
-    proposal holds shards."""
+def split_proposal(
+    task: PlacementTask, planner: SeededPlanner, method: str, shape: str, seed: int
+) -> Placement:
+    """`planner`'s placement (seeded by `seed`) of the task's tables split as `shape` says
+    (`SPLIT_SHAPES`), by the balance rule under the key of `method`, the planner's name
+    (random: a heuristic's key by the seed). Where the rule cuts nothing, the table of the
+    largest key is halved, so every proposal holds shards."""
     keys = list(HEURISTIC_KEYS)
     key = HEURISTIC_KEYS[method if method in HEURISTIC_KEYS else keys[seed % len(keys)]]
     base = memory_splits(task)
@@ -106,7 +113,7 @@ def split_proposal(task: PlacementTask, method: str, shape: str, seed: int) -> P
         splits = (*base, Split(hottest.name, "column", 2))
     if shape == "rows":
         splits = row_variant(task, splits, base)
-    return split_place(task, splits, lambda shards: PLANNERS[method](shards, seed), method)
+    return split_place(task, splits, lambda shards: planner(shards, seed), method)
 
 
 def on_devices(task: PlacementTask, num_devices: int) -> PlacementTask:

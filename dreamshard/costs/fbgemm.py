@@ -15,7 +15,7 @@ shards' outputs travel (row-wise partial sums) is said in the cost's info (`cost
 
 from __future__ import annotations
 
-# gpu_tasks.tbe (torch and the fbgemm kernels) is imported inside the methods that time, so
+# dreamshard.costs.tbe (torch and the fbgemm kernels) is imported inside the methods that time, so
 # that choosing a backend or reading its config loads nothing heavy.
 import sys
 import time
@@ -61,7 +61,7 @@ def host_bytes_needed(task: PlacementTask, batch_size: int) -> int:
 
 @dataclass
 class FbgemmBackend:
-    timing: object = None  # gpu_tasks.tbe.TimingConfig; created lazily so torch loads late
+    timing: object = None  # costs.tbe.TimingConfig; created lazily so torch loads late
     topology: str = "auto"  # "auto": cpu-gloo on the CPU, nvlink on GPUs
     launcher: str = "inprocess"  # or "torchrun"
     batch_size: int = DEFAULT_BATCH
@@ -73,14 +73,14 @@ class FbgemmBackend:
     name: str = field(default="fbgemm", init=False)
 
     def __post_init__(self):
-        from gpu_tasks.tbe import TimingConfig
+        from dreamshard.costs.tbe import TimingConfig
 
         self.timing = self.timing or TimingConfig()
         if self.launcher not in ("inprocess", "torchrun"):
             raise DreamshardError(f"unknown launcher {self.launcher!r}; use inprocess or torchrun")
 
     def device_kind(self) -> str:
-        from gpu_tasks.tbe import resolve_device
+        from dreamshard.costs.tbe import resolve_device
 
         return resolve_device(self.timing.device).type
 
@@ -127,7 +127,12 @@ class FbgemmBackend:
         raise AssertionError("unreachable")
 
     def _in_process(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
-        from gpu_tasks.tbe import GroupFailure, GroupInput, time_groups, time_groups_with_reference
+        from dreamshard.costs.tbe import (
+            GroupFailure,
+            GroupInput,
+            time_groups,
+            time_groups_with_reference,
+        )
 
         groups = device_groups(task, placement, batch)
         info: dict = {}
@@ -187,9 +192,9 @@ class FbgemmBackend:
 
 
 def device_groups(task: PlacementTask, placement: Placement, batch: int) -> list:
-    """What each device's fused kernel gets (`gpu_tasks.tbe.GroupInput`): the shapes and traces
+    """What each device's fused kernel gets (`costs.tbe.GroupInput`): the shapes and traces
     of its tables, or of its shards when the placement splits tables."""
-    from gpu_tasks.tbe import GroupInput
+    from dreamshard.costs.tbe import GroupInput
 
     task, placement = shard_view(task, placement)
     return [

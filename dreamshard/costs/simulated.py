@@ -198,6 +198,11 @@ class SimulatedBackend:
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
         return (fwd + wait + 2 * transfer + bwd).max(axis=1)
 
+    def cheapest(self, task: PlacementTask, placements: list[Placement]) -> float:
+        """The lowest overall cost among placements of one task: how the analytic model rates
+        a split candidate (`placement.splitting.SplitRating`)."""
+        return float(self.overall_many(task, placements).min())
+
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()
         check_legal(task, placement)

@@ -28,11 +28,11 @@ from dreamshard.evaluation.rounds import (
     measure_interleaved,
     paired_ratios,
 )
-from dreamshard.methods import place, planner_splits, resolve_model
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, Planner, greedy_place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.plan_file import MeasuredCandidateRecord, RefinementRecord
-from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
-from dreamshard.planners.dreamshard_planner import predicted_overall, ranked_candidates
+from dreamshard.placement.planner import PlanOptions, SeededPlanner
+from dreamshard.placement.registry import method_names, registration
+from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 
@@ -136,20 +136,13 @@ def candidates_to_measure(
     top: int = TOP,
     split: str = "auto",
 ) -> list[tuple[str, Placement, float | None]]:
-    """(name, placement, predicted ms): the planner's pick first, then for `dreamshard` its
-    next `top - 1` by the cost network (on the shards it splits the task into under
-    `split="auto"`), then each heuristic's whole-table placement; distinct only."""
-    if method == "dreamshard":
-        model = resolve_model(model)
-        splits = planner_splits(task, method, model) if split == "auto" else ()
-        shards = shard_task(task, splits)
-        suffix = f" ({len(splits)} tables split)" if splits else ""  # apart from whole tables'
-        ranked = [
-            replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
-            for p, _ in ranked_candidates(shards, model, samples, seed)[:top]
-        ]
-    else:
-        ranked = [place(task, method, seed, model=model, samples=samples, split=split)]
+    """(name, placement, predicted ms): the planner's pick first, then its next `top - 1`
+    candidates where it has more (`dreamshard`: by the cost network, on the shards it splits
+    the task into under `split="auto"`), then each heuristic's whole-table placement; distinct
+    only. Predicted by the planner's own cost model, where it has one."""
+    planner = registration(method).load()
+    options = PlanOptions(seed, planner.load_model(model), samples, split)
+    ranked = planner.candidates(task, options, top)
     heuristics = []
     for key in HEURISTIC_KEYS:
         try:
@@ -159,11 +152,9 @@ def candidates_to_measure(
     distinct: dict[tuple, Placement] = {}
     for placement in ranked + heuristics:  # the first of equal placements
         distinct.setdefault((placement.splits, placement.devices), placement)
-    placements = list(distinct.values())
-    predicted: list[float | None] = [None] * len(placements)
-    if method == "dreamshard":
-        predicted = [predicted_overall(model, task, [p])[0] for p in placements]
-    return [(p.candidate or p.method, p, c) for p, c in zip(placements, predicted)]
+    return [
+        (p.candidate or p.method, p, planner.predict(task, p, options)) for p in distinct.values()
+    ]
 
 
 def measure_rounds(
@@ -277,7 +268,8 @@ def refine(
     ]
     winner = choice.winner
     chosen = candidates[winner].placement
-    refined = chosen.method if chosen.method in PLANNERS else f"{chosen.method}_refined"
+    baseline = chosen.method in method_names("baseline", "heuristic")  # keeps its own name
+    refined = chosen.method if baseline else f"{chosen.method}_refined"
     answer = Placement(
         chosen.devices,
         refined,
@@ -302,11 +294,10 @@ def refined_planner(
     model=None,
     samples: int = 8,
     split: str = "none",
-) -> Planner:
-    """`refine` as a planner `(task, seed) -> Placement`, for `evaluate` (the model resolved
+) -> SeededPlanner:
+    """`refine` as a planner `(task, seed) -> Placement`, for `evaluate` (the model loaded
     once, not once per task)."""
-    if method in ("dreamshard", "dreamshard_search"):
-        model = resolve_model(model)
+    model = registration(method).load().load_model(model)
     return lambda task, seed: (
         refine(task, method, backend, seconds, model, samples, seed, split=split).placement
     )

@@ -6,7 +6,7 @@
 
 It reads every `EmbeddingBagCollection` in the model (`torchrec_tables`), makes one placement
 task over all their tables with the memory of TorchRec's `Topology` (after TorchRec's storage
-reservation unless `reserve=False`), places it with any method `dreamshard.methods.place` knows,
+reservation unless `reserve=False`), places it with any registered method (`placement.registry`),
 and hands back the placement as a `ShardingPlan` with one module plan per collection
 (`torchrec_export`), its shards on the topology's compute device. A table it cannot place, or a
 model without tables, is one DreamshardError line, on every rank under `collective_plan`.
@@ -23,14 +23,15 @@ from dreamshard.integrations.torchrec_export import (
     sharding_plan_from_dict,
     torchrec_plan_dict,
 )
+from dreamshard.integrations.torchrec_planner import INSTALL_HINT, quiet_torchrec
 from dreamshard.integrations.torchrec_tables import (
     ModelTable,
     embedding_bag_collections,
     model_tables,
 )
-from dreamshard.methods import LEARNED, METHODS, place, resolve_model
+from dreamshard.placement.planner import PlanOptions
+from dreamshard.placement.registry import registration
 from dreamshard.placement.tasks import PlacementTask
-from dreamshard.planners.torchrec_planner import INSTALL_HINT, quiet_torchrec
 from dreamshard.report import format_bytes
 
 try:
@@ -63,7 +64,7 @@ class DreamShardPlanner(ShardingPlanner):
     the smallest device's HBM (cuda) or DDR (cpu). `reserve`: True applies TorchRec's default
     `HeuristicalStorageReservation` (15%, input batches, dense parameters) first, False plans on
     the whole memory, or pass any TorchRec `StorageReservation`. `method`: a name from
-    `dreamshard.methods.METHODS`; `model`: what a learned method needs (a model file, a `train
+    `dreamshard.METHODS`; `model`: what a learned method needs (a model file, a `train
     --out` folder, `models:/dreamshard-policy@champion`). `batches`: sample KeyedJaggedTensors for
     the tables' statistics (else the defaults of `torchrec_tables`); `batch_size`: the per-rank
     batch TorchRec's reservation assumes (default: the batches' size, else TorchRec's 512).
@@ -86,14 +87,13 @@ class DreamShardPlanner(ShardingPlanner):
         seed: int = 0,
         samples: int = 8,
     ) -> None:
-        if method not in METHODS:
-            raise DreamshardError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        self._planner = registration(method).load()  # DreamshardError naming the methods
         self.topology = topology if topology is not None else default_topology()
         self.method, self.model, self.seed, self.samples = method, model, seed, samples
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
         self.reserve, self.optimizer, self.split = reserve, optimizer, split
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
-        self._model = None  # a learned method's model, resolved on the first plan
+        self._options = None  # with the method's model, loaded on the first plan
 
     def tables(self, module) -> list[ModelTable]:
         """The model's tables as placed, with their statistics and where they sit."""
@@ -137,11 +137,11 @@ class DreamShardPlanner(ShardingPlanner):
                 f"{task.num_devices} {self.topology.compute_device} devices after the reservation; "
                 "give the devices more memory or pass reserve=False"
             )
-        if self.method in LEARNED and self.method != "rnn" and self._model is None:
-            self._model = resolve_model(self.model)  # once: a registry model loads in seconds
+        if self._options is None:  # once: a registered model loads in seconds
+            model = self._planner.load_model(self.model)
+            self._options = PlanOptions(self.seed, model, self.samples, self.split)
         try:
-            model = self._model or self.model
-            placement = place(task, self.method, self.seed, model, self.samples, self.split)
+            placement = self._planner.place(task, self._options)
         except DreamshardError as exc:
             raise DreamshardError(
                 f"DreamShardPlanner ({self.method}) cannot place the model's {len(tables)} tables "

@@ -26,12 +26,12 @@ from typing import Any
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json, write_json_atomic
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
-from dreamshard.planners.torchrec_planner import (
+from dreamshard.integrations.torchrec_planner import (
     placement_from_sharding,
     require_torchrec,
     torchrec_row_bounds,
 )
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
 from dreamshard.tables.table import Table
 
 TORCHREC_PLAN_FORMAT = "torchrec-sharding-plan"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamshard.errors import DreamshardError
-from dreamshard.planners.torchrec_planner import require_torchrec
+from dreamshard.integrations.torchrec_planner import require_torchrec
 from dreamshard.tables.sources import save_tables
 from dreamshard.tables.table import DEFAULT_HISTOGRAM, Table, access_histogram
 

@@ -13,6 +13,7 @@ import torch
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import atomic_path
+from dreamshard.lazy import load_object
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.tables.features import FEATURE_NAMES, FEATURE_TRANSFORM
@@ -94,3 +95,29 @@ def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
 
 def load_model(path: str | Path) -> DreamShardModel:
     return model_from_state(read_torch_file(path, "model file"), path)
+
+
+MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
+# MLflow takes seconds to import and sits above this stage: named, loaded only for a URI
+REGISTERED_MODEL_LOADER = "dreamshard.tracking:load_registered_model"
+
+
+def resolve_model(model: DreamShardModel | str | Path | None) -> DreamShardModel:
+    """A model object as is; a model file; a `train --out` folder; or an MLflow model URI
+    (`models:/name@alias`, `runs:/id/policy`)."""
+    if model is None:
+        raise DreamshardError("method dreamshard needs a trained model: pass --model PATH")
+    if isinstance(model, DreamShardModel):
+        return model
+    text = str(model)
+    if text.startswith(("models:/", "runs:/")):
+        return load_object(REGISTERED_MODEL_LOADER)(text)
+    path = Path(text)
+    if path.is_dir():
+        if not (path / MODEL_FILE).is_file():
+            raise DreamshardError(
+                f"{path} is a folder without {MODEL_FILE}: pass the folder `dreamshard train"
+                " --out` wrote, or a model file"
+            )
+        path = path / MODEL_FILE
+    return load_model(path)

@@ -231,7 +231,7 @@ def resolve_rnn(placer: RnnPlacer | str | None) -> RnnPlacer:
         raise DreamshardError(
             "method rnn needs a trained RNN placer: pass --model PATH (dreamshard train-rnn)"
         )
-    return load_rnn(placer) if isinstance(placer, str) else placer
+    return load_rnn(placer) if isinstance(placer, (str, Path)) else placer
 
 
 @torch.no_grad()

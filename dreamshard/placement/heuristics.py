@@ -1,18 +1,22 @@
-"""The baseline planners: random placement and the memory-aware greedy heuristics of the paper.
+"""The baselines' placing rules: random placement and the memory-aware greedy heuristics of the
+paper (registered as planners in `planners.baselines`; the split ratings and training's warm
+start use them directly).
 
-A planner maps a task to a legal placement. The greedy rule (DESIGN.md): sort tables by a cost
-key, largest first, and put each on the device with the smallest accumulated key that still has
-room. Unlike the original code, every planner respects memory (random included) and raises
-InfeasibleError instead of overloading the last device.
+The greedy rule (the paper's): sort tables by a cost key, largest first, and put each on the
+device with the smallest accumulated key that still has room. Unlike the original code, every
+rule respects memory (random included) and raises InfeasibleError instead of overloading the
+last device.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
+from dreamshard.lazy import load_object
 from dreamshard.placement.packing import assign_within_memory, largest_first, least_load_dive
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
@@ -24,9 +28,6 @@ HEURISTIC_KEYS: dict[str, Callable[[Table], float]] = {
     "lookup": lambda t: t.dim * t.pooling_factor,
     "size_lookup": lambda t: t.dim * t.pooling_factor * math.log10(t.rows),
 }
-
-# A planner: (task, seed) -> legal placement.
-Planner = Callable[[PlacementTask, int], Placement]
 
 
 def heuristic_keys(task: PlacementTask, key_name: str) -> np.ndarray:
@@ -59,7 +60,20 @@ def random_place(task: PlacementTask, seed: int = 0) -> Placement:
     return Placement(tuple(devices), method="random")
 
 
-PLANNERS: dict[str, Planner] = {
-    "random": random_place,
-    **{name: (lambda task, seed, name=name: greedy_place(task, name)) for name in HEURISTIC_KEYS},
-}
+def __getattr__(name: str):
+    """`PLANNERS` and `Planner`, from before the planner registry (0.2), for one release."""
+    new = {
+        "PLANNERS": ("dreamshard.placement.registry:baseline_planners", True),
+        "Planner": ("dreamshard.placement.planner:SeededPlanner", False),
+    }
+    if name not in new:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    target, call = new[name]
+    warnings.warn(
+        f"dreamshard.placement.heuristics.{name} is now {target.replace(':', '.')}"
+        f"{'()' if call else ''}; the old name goes in dreamshard 0.3",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    found = load_object(target)
+    return found() if call else found

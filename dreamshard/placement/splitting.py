@@ -1,6 +1,8 @@
-"""Which tables to split: the rules every planner shares under `--split auto`.
+"""Splitting, in one place: which tables a planner splits under `--split auto`, the candidate
+split sets, how a set is rated, and how a split task is placed. (How a table is cut into
+shards, each a `Table`, is `tables.shards`; a planner's own split choice is its `splits`.)
 
-Two reasons to split a table (`tables.shards`):
+Two reasons to split a table:
 
 - **Memory.** A table larger than one device cannot be placed whole. It is halved column-wise
   until its shards fit, up to as many shards as devices and widths of 4; a table that still
@@ -16,24 +18,40 @@ Two reasons to split a table (`tables.shards`):
   shard keeps its table's rows and lookups, so halving a table halves its dim-based,
   size-based, lookup-based and size-lookup keys and leaves their sum, the mean load, alone.
 
+A planner that rates splits with a cost model (`dreamshard` with its cost network,
+`search_analytic` and the heuristics' check with the calibrated analytic model) weighs the
+`candidate_splits` by `choose_splits`: each candidate's shards placed by the heuristics (in
+milliseconds, where the policy would take tenths of a second at 856 tables on 128 devices),
+those placements rated by the planner's `SplitRating`, the cheapest kept. A candidate cuts the
+tables the balance rule names either into column halvings or into row ranges over all D
+devices (TorchRec's row-wise layout, shard r on device r). On a CPU a column shard repeats all
+of its table's lookups while a row shard has only those of its rows, so for a hot table rows
+can win where columns cannot (benchmarks/results/split_tables.md: half the rows of a 5.1M-row
+table 0.50x, half its width 0.75x); which wins is the cost model's call, never assumed.
+
 `split_place` places a task's shards with any table-wise planner and returns the placement
-with its splits; the planners above decide which splits (`dreamshard` with its cost network).
+with its splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import numpy as np
 
 from dreamshard.errors import InfeasibleError
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.report import format_bytes
 from dreamshard.tables.shards import Split, max_column_parts, split_problem, split_table
 from dreamshard.tables.table import Table
 
 SPLIT_MODES = ("none", "auto")
+
+# How a planner rates a split candidate: the shard task and the heuristics' placements of its
+# shards -> a cost (ms, lower is better).
+SplitRating = Callable[[PlacementTask, list[Placement]], float]
 
 
 def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
@@ -159,3 +177,80 @@ def split_place(
         placement = planner(rest)
         devices[free] = placement.devices
     return replace(placement, devices=tuple(int(d) for d in devices), splits=tuple(splits))
+
+
+def candidate_splits(
+    task: PlacementTask, keys: Iterable[Callable[[Table], float]] = ()
+) -> list[tuple[Split, ...]]:
+    """Distinct split sets: the memory splits alone, then the balance rule over them under each
+    heuristic's key and each of `keys` (the memory splits come first), each also stopped at
+    every halving level on the way (at most 2, 4, ... shards a table): on a CPU a column
+    shard repeats all of its table's lookups, so one halving can beat the rule's quarters.
+    Each rule's tables are also offered cut row-wise (`row_variant`)."""
+    base = memory_splits(task)
+    found = {_identity(base): base}
+    for key in (*HEURISTIC_KEYS.values(), *keys):
+        full = balance_splits(task, key, base)
+        deepest = max((s.parts for s in full if s.kind == "column"), default=1)
+        levels = [2**k for k in range(1, deepest.bit_length() - 1)]  # 2, 4, ... below deepest
+        for splits in [full, *(balance_splits(task, key, base, cap) for cap in levels)]:
+            found.setdefault(_identity(splits), splits)
+        rows = row_variant(task, full, base)
+        found.setdefault(_identity(rows), rows)
+    return list(found.values())
+
+
+def choose_splits(
+    task: PlacementTask,
+    candidates: list[tuple[Split, ...]],
+    rating: SplitRating,
+    keys=tuple(HEURISTIC_KEYS),
+) -> tuple[tuple[Split, ...], float]:
+    """The candidate whose shards the heuristics `keys` place cheapest as `rating` rates their
+    placements (`heuristic_placements`; a candidate none of them places rates infinite), the
+    first on ties, and that cost."""
+
+    def rate(splits: tuple[Split, ...]) -> float:
+        found = heuristic_placements(task, splits, keys)
+        return rating(shard_task(task, splits), found) if found else float("inf")
+
+    costs = [rate(splits) for splits in candidates]
+    best = min(range(len(candidates)), key=costs.__getitem__)
+    return candidates[best], costs[best]
+
+
+def heuristic_placements(
+    task: PlacementTask, splits: tuple[Split, ...], keys=tuple(HEURISTIC_KEYS)
+) -> list[Placement]:
+    """The placements of `task`'s shards under `splits` by the heuristics `keys` whose packing
+    search finds one, row shards over all devices pinned (`split_place`): what a split
+    candidate is rated on."""
+    placements = []
+    for key in keys:
+        try:
+            placements.append(split_place(task, splits, lambda s, key=key: greedy_place(s, key)))
+        except InfeasibleError:  # its packing search gave up; the others may not
+            continue
+    return placements
+
+
+def _identity(splits: tuple[Split, ...]) -> tuple:
+    return tuple(sorted((s.table, s.kind, s.parts) for s in splits))
+
+
+def checked_balance_splits(
+    task: PlacementTask, key_name: str, rating: SplitRating
+) -> tuple[Split, ...]:
+    """The heuristic `key_name`'s balance rule (`balance_splits`), its column halvings or the
+    same tables cut row-wise over all devices (`row_variant`), kept only where `rating` (the
+    calibrated analytic model, for the heuristics) rates the heuristic's own placement of the
+    shards cheaper than of the tables with only the memory splits (which win ties). The rule's
+    key does not see that a column shard still does all of its table's lookups; on real
+    kernels the unchecked rule made 4-6 of 32 heuristic plans slower than whole tables beyond
+    the noise, the checked one none (benchmarks/results/split_tables.md, 2026-12-01)."""
+    base = memory_splits(task)
+    balanced = balance_splits(task, HEURISTIC_KEYS[key_name], base)
+    if _identity(balanced) == _identity(base):
+        return base
+    candidates = [base, balanced, row_variant(task, balanced, base)]
+    return choose_splits(task, candidates, rating, [key_name])[0]

@@ -20,12 +20,19 @@ from threadpoolctl import threadpool_limits
 
 from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet, make_batch
-from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.policy import Lookahead, fast_rollout, single_table_costs, table_order
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
-from dreamshard.placement.tasks import Placement, PlacementTask, is_legal, placement_task
+from dreamshard.placement.planner import BasePlanner, PlanOptions
+from dreamshard.placement.splitting import candidate_splits, choose_splits
+from dreamshard.placement.tasks import (
+    Placement,
+    PlacementTask,
+    is_legal,
+    placement_task,
+    shard_task,
+)
 from dreamshard.planners.device_search import costnet_model, device_search
-from dreamshard.planners.split_choice import candidate_splits, choose_splits
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
 
@@ -165,10 +172,10 @@ def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Spli
     alone = dict(zip((t.name for t in task.tables), single.tolist()))
     candidates = candidate_splits(task, [lambda t: alone[t.name]])
 
-    def cost(shards: PlacementTask, found: list[Placement]) -> float:
+    def rating(shards: PlacementTask, found: list[Placement]) -> float:
         return min(predicted_overall(model, shards, found))
 
-    return choose_splits(task, candidates, cost)[0]
+    return choose_splits(task, candidates, rating)[0]
 
 
 def episode_name(episode: int) -> str:
@@ -199,3 +206,37 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
         used[0, device] += sizes[table]
         devices[table] = device
     return Placement(tuple(int(v) for v in devices), "dreamshard", "costnet greedy")
+
+
+class DreamShardMethod(BasePlanner):
+    """The `dreamshard` planner: `dreamshard_place` on the shards its cost network chose
+    (`dreamshard_splits`)."""
+
+    name = "dreamshard"
+
+    def load_model(self, model: object) -> DreamShardModel:
+        return resolve_model(model)
+
+    def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
+        return dreamshard_splits(task, options.model)
+
+    def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        return dreamshard_place(task, options.model, options.samples, options.seed)
+
+    def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
+        """Its `top` cheapest candidates by the cost network (`ranked_candidates`), on the
+        shards it splits the task into."""
+        splits = self.splits(task, options) if options.split == "auto" else ()
+        shards = shard_task(task, splits)
+        suffix = f" ({len(splits)} tables split)" if splits else ""  # apart from whole tables'
+        ranked = ranked_candidates(shards, options.model, options.samples, options.seed)[:top]
+        return [
+            replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
+            for p, _ in ranked
+        ]
+
+    def predict(self, task: PlacementTask, placement: Placement, options: PlanOptions) -> float:
+        return predicted_overall(options.model, task, [placement])[0]
+
+
+DREAMSHARD = DreamShardMethod()

@@ -28,11 +28,13 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+from dreamshard.placement.planner import BasePlanner, PlanOptions
+from dreamshard.placement.splitting import candidate_splits, choose_splits
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
-from dreamshard.planners.dreamshard_planner import ranked_candidates
-from dreamshard.planners.split_choice import candidate_splits, choose_splits
+from dreamshard.planners.dreamshard_planner import DreamShardMethod, ranked_candidates
 from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.shards import Split
 
 # Costs of placements of one task, in the order given (lower is better).
 Scorer = Callable[[Sequence[Placement]], Sequence[float]]
@@ -191,12 +193,8 @@ def analytic_scorer(task: PlacementTask, backend: SimulatedBackend | None = None
 def analytic_splits(task: PlacementTask, backend: SimulatedBackend | None = None) -> tuple:
     """The splits the analytic model picks: among `candidate_splits`, the one whose shards the
     best heuristic placement (by that model) runs cheapest."""
-    backend = backend or SimulatedBackend()
-
-    def cost(shards: PlacementTask, found: list[Placement]) -> float:
-        return float(backend.overall_many(shards, found).min())
-
-    return choose_splits(task, candidate_splits(task), cost)[0]
+    rating = (backend or SimulatedBackend()).cheapest
+    return choose_splits(task, candidate_splits(task), rating)[0]
 
 
 def search_analytic_place(
@@ -217,3 +215,35 @@ def search_analytic_place(
         task, starts[name], analytic_model(task, backend), seconds, max_rounds
     )
     return Placement(found.devices, "search_analytic", f"{steps} search steps from {name}")
+
+
+class DreamShardSearch(DreamShardMethod):
+    """`dreamshard_search`: the `dreamshard` planner with more search (`dreamshard_search_place`)
+    on the same splits; `options.time_budget` bounds its search (default SEARCH_SECONDS)."""
+
+    name = "dreamshard_search"
+
+    def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        seconds = options.time_budget or SEARCH_SECONDS
+        return dreamshard_search_place(task, options.model, options.samples, options.seed, seconds)
+
+    def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
+        return [self.place(task, options)]
+
+
+class AnalyticSearch(BasePlanner):
+    """`search_analytic`: the strong non-learned baseline (`search_analytic_place`) on the
+    splits the analytic model picks (`analytic_splits`)."""
+
+    name = "search_analytic"
+
+    def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
+        return analytic_splits(task)
+
+    def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        seconds = options.time_budget or SEARCH_SECONDS
+        return search_analytic_place(task, options.seed, seconds)
+
+
+DREAMSHARD_SEARCH = DreamShardSearch()
+SEARCH_ANALYTIC = AnalyticSearch()

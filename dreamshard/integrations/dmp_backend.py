@@ -190,10 +190,10 @@ class DmpBackend:
     def _plan_entry(self, task: PlacementTask, plan: Placement | dict) -> dict:
         if isinstance(plan, Placement):
             check_legal(task, plan)
-            return {"kind": "dreamshard", "plan": plan_to_dict(task, plan)}
+            return {"placement": plan_to_dict(task, plan)}  # our plan JSON
         if not isinstance(plan, dict) or "plan" not in plan:
             raise DreamshardError("a plan to measure is a Placement or a TorchRec plan's JSON form")
-        return {"kind": "torchrec", "plan": plan}
+        return {"sharding_plan": plan}  # TorchRec's ShardingPlan JSON
 
     def _check_host(self, task: PlacementTask, plans: int) -> None:
         """One clear line when this host cannot run the ranks or hold the models."""

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.report import format_bytes
@@ -311,3 +312,19 @@ def torchrec_place(
     placement = placement_from_sharding(task, plan.plan[""])
     check_legal(task, placement)
     return placement
+
+
+class TorchRecMethod(BasePlanner):
+    """`--method torchrec`: TorchRec decides its own splits under `split="auto"`, so this
+    planner answers `place` whole rather than through `splits` and `place_tables`."""
+
+    name = "torchrec"
+
+    def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        return torchrec_place(task, options.seed, split=options.split)
+
+    def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        return torchrec_place(task, options.seed, split="none")
+
+
+TORCHREC = TorchRecMethod()
