@@ -3,16 +3,18 @@
 The packages name the stages, bottom to top; a module imports only from its own stage and the
 ones below it (docs/design.md has the map, `tests/test_layout.py` keeps it free of circles):
 
-- root modules `errors`, `files`, `state`, `progress`, `report`: used by every stage;
-- `tables`: tables, features, the synthetic generator, traces, table files and the data set;
-- `placement`: tasks, placements, packing within memory, the heuristics, suites, plan files;
+- root modules `errors`, `files`, `state`, `progress`, `report`, `lazy` (objects named by a
+  "module:attribute" string), used by every stage, and `_moved` (old module paths, deprecated);
+- `tables`: tables, shards, features, the synthetic generator, traces, table files, the data set;
+- `placement`: tasks, placements, packing, the heuristics' rules, splitting, suites, plan files,
+  the planner contract and the registry of every method (`place`);
 - `costs`: cost types, communication, the fbgemm and simulated backends, the cost dataset;
 - `learn`: the cost network, the policy, their training, model files, the RNN baseline;
-- `planners`: the dreamshard planner, search, MILP, bounds, TorchRec's planner;
+- `planners`: the registered planners (baselines, dreamshard, searches, RNN) and the references;
 - `tracking`: MLflow, the only module that imports it;
-- `methods`: every planner by name (`place`), models from files and the registry;
 - `evaluation`: planners placed and measured in interleaved rounds, and every ratio;
-- `integrations`: TorchRec plans; `cli`: the `dreamshard` command.
+- `integrations`: TorchRec (its planner, plans, tables, DMP planner and backend); `cli`: the
+  `dreamshard` command.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ imported). The stage order is the one in docs/design.md.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,59 @@ def test_the_programs_folder_holds_programs_only():
     for path in (PACKAGE.parent / PROGRAMS).glob("*.py"):
         if path.name != "__init__.py":
             assert 'if __name__ == "__main__":' in path.read_text(), path
+
+
+# --- the docs say where things are ----------------------------------------------------------
+
+ROOT = PACKAGE.parent
+PATH_TOKEN = re.compile(r"(?<![\w/.:-])((?:[\w-]+/)*[\w-]+\.(?:py|md))(?![\w/])")
+# where a path a file names may be relative to
+PATH_BASES = ("", "dreamshard", "docs", "dashboard", "benchmarks/results")
+
+
+def named_paths(text: str) -> set[str]:
+    """Paths of this repository a text names: `dir/file.py` or `dir/file.md` under a folder of
+    the repository or a package of the library, and the top-level `README.md`-style docs."""
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir()} | {
+        p.name for p in PACKAGE.iterdir() if p.is_dir()
+    }
+    found = set()
+    for match in PATH_TOKEN.finditer(text):
+        token, stem = match.group(1), Path(match.group(1)).stem
+        if re.search(r"--[\w-]+[ =]$", text[: match.start()]):
+            continue  # an option's placeholder in a usage line (`--out REPORT.md`)
+        if "/" in token and token.split("/")[0] in folders and not stem.isupper():
+            found.add(token)  # an upper-case stem is a placeholder (benchmarks/NAME.py)
+        elif "/" not in token and token.endswith(".md") and stem.isupper():
+            found.add(token)
+    return found
+
+
+def test_no_file_names_a_missing_file():
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]  # CHANGELOG.md is history
+    for folder in ("dreamshard", "benchmarks", "tests", "flows", "dashboard", "gpu_tasks"):
+        texts += (ROOT / folder).rglob("*.py")
+    missing = [
+        f"{path.relative_to(ROOT)}: {token}"
+        for path in texts
+        for token in sorted(named_paths(path.read_text()))
+        if not any((ROOT / base / token).exists() for base in PATH_BASES)
+        and not (path.parent / token).exists()
+    ]
+    assert missing == []
+
+
+def test_the_path_check_finds_a_missing_file():
+    gone = "{}.md", "planners/{}.py"  # spelt apart, so that this file names neither
+    text = f"see {gone[0].format('DESIGN')} and `{gone[1].format('gone')}`, --out REPORT.md, x/y.py"
+    assert named_paths(text) == {gone[0].format("DESIGN"), gone[1].format("gone")}
+
+
+def test_every_package_docstring_names_its_modules():
+    for init in [PACKAGE / "__init__.py", *PACKAGE.glob("*/__init__.py")]:
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        here = init.parent
+        names = [p.stem for p in here.glob("*.py") if p.stem != "__init__"]
+        names += [p.name for p in here.iterdir() if (p / "__init__.py").is_file()]
+        unnamed = [name for name in names if f"`{name}`" not in doc]
+        assert unnamed == [], init

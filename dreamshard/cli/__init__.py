@@ -1,4 +1,4 @@
-"""Stage 10, the `dreamshard` command: `main` (the parser and the table, suite and place
+"""Stage 9, the `dreamshard` command: `main` (the parser and the table, suite, place and methods
 commands), `costs` (measure, collect, calibrate), `train` (train, train-rnn), `demo`,
 `summaries`, `args` (shared options). May import: everything below."""
 

@@ -1,11 +1,13 @@
 """Stage 3, costs: what a placement costs and how it is measured and stored.
 
 `types` (DeviceCost, PlacementCost, the CostBackend protocol), `comm` (the all-to-all model),
-`fbgemm` (real fused kernels; runs `gpu_tasks/`), `host_lock` (one measurement at a time per
-host), `simulated` and `calibrate` (the analytic backend and its fit), `backends` (a backend by
-name), `dataset` (the append-only SQLite cost dataset), `collect` (measuring a suite's
-placements into it), `dmp` and `dmp_proxy` (real TorchRec training steps, and a proxy of them).
-May import: placement, tables, the root modules, and `gpu_tasks` (the measurement programs).
+`fbgemm` (real fused kernels, in process or under torchrun), `tbe` (one fused TBE per device
+group, timed), `reference` (the reference group timed in every measurement), `torchrun` (a
+program started under torchrun), `host_lock` (one measurement at a time per host), `simulated`
+and `calibrate` (the analytic backend and its fit), `backends` (a backend by name; `dmp`'s is in
+`integrations`), `dataset` (the append-only SQLite cost dataset), `collect` (measuring a suite's
+placements into it), `dmp_proxy` (a proxy of a TorchRec training step).
+May import: placement, tables, the root modules.
 """
 
 from dreamshard.costs.types import COST_TERMS, CostBackend, DeviceCost, PlacementCost

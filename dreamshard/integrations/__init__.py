@@ -1,5 +1,7 @@
-"""Stage 9, integrations: dreamshard in other stacks. `torchrec_export`: any plan as a TorchRec
-ShardingPlan and its JSON; `torchrec_tables`: a TorchRec model's tables and their statistics;
-`dmp_planner`: `DreamShardPlanner`, TorchRec's planner interface for DistributedModelParallel
-(importing it imports TorchRec). May import: every stage below (TorchRec only when called, or
-in `dmp_planner`)."""
+"""Stage 8, integrations: every piece of TorchRec code. `torchrec_planner`: TorchRec's planner
+as the registered method `torchrec`; `torchrec_export`: any plan as a TorchRec ShardingPlan and
+its JSON; `torchrec_tables`: a TorchRec model's tables and their statistics; `dmp_planner`:
+`DreamShardPlanner`, TorchRec's planner interface for DistributedModelParallel (importing it
+imports TorchRec); `dmp_backend`: the `dmp` cost backend, real TorchRec training steps under
+torchrun (the program is `gpu_tasks/dmp_step.py`). May import: every stage below (TorchRec
+only when called, or in `dmp_planner`)."""

@@ -2,7 +2,9 @@
 
 `costnet` (the cost network), `costnet_data` (its examples from the cost dataset), `costnet_fit`
 (fitting and error report), `policy` (the placement policy, its episodes, REINFORCE),
-`train` and `train_config` (the alternating loop), `model_file` (model files), `rnn` and
-`rnn_config` (the RNN baseline placer and its training).
+`train` and `train_config` (the alternating loop), `pretrain` (the simulated prior),
+`coverage` (the ranges a model was trained on), `model_file` (model files, and a model from a
+file, a folder or an MLflow URI), `rnn` and `rnn_config` (the RNN baseline placer and its
+training).
 May import: costs, placement, tables, the root modules.
 """

@@ -1,8 +1,12 @@
-"""Stage 2, placement: tasks, legal placements and the planners that need no model.
+"""Stage 2, placement: tasks, legal placements, splitting, and the planner contract.
 
 `tasks` (PlacementTask, Placement, memory, legality), `packing` (assignment within memory),
-`heuristics` (random and the four greedy keys), `suites` (named task suites), `plan_file` (the
-plan JSON). Training's warm start needs the heuristics, so they sit below learning.
+`heuristics` (the placing rules of random and the four greedy keys), `splitting` (which tables
+to split, the split candidates and their rating, placing shards), `planner` (`BasePlanner` and
+`PlanOptions`: the one shape of every method), `registry` (every method by name, `place`),
+`suites` (named task suites), `plan_file` (the plan JSON). Training's warm start and the
+split ratings need the heuristics' rules, and the cost collector the registry, so they sit
+below costs and learning; the registry names the planners above by "module:attribute".
 May import: tables and the root modules.
 """
 

@@ -1,8 +1,11 @@
-"""Stage 5, planners that need a model or a peer: they place a task, given what they need.
+"""Stage 5, planners: the registered methods (one `BasePlanner` each, listed by
+`placement.registry`) and the references that judge them.
 
-`dreamshard_planner` (the trained policy, best of its episodes by the cost network),
-`search` (local search under any scorer), `milp` and `bounds` (exact references on an additive
-cost), `torchrec_planner` (TorchRec's planner, optional package). The heuristics live in
-`placement`; every planner by name is `dreamshard.methods.place`.
+`baselines` (random and the four heuristics, with their split check), `dreamshard_planner`
+(the trained policy, best of its candidates by the cost network), `search` (local search under
+any scorer; `dreamshard_search` and `search_analytic`), `device_search` (the fast search for
+device-additive cost models), `rnn_planner` (the RNN placer baseline), and the references
+`milp`, `bounds` (exact on an additive cost) and `milp_simulated` (a proven floor of the
+simulated cost). TorchRec's planner is in `integrations`.
 May import: learn, costs, placement, tables, the root modules.
 """

@@ -1,6 +1,6 @@
 """The 21-number feature vector of a table, under one fixed transform.
 
-Raw features (DESIGN.md): dim, rows, pooling factor, size = rows * dim, and the 17-bin access
+Raw features (the paper's): dim, rows, pooling factor, size = rows * dim, and the 17-bin access
 histogram. The paper z-scores rows, size and pooling factor within each task, which gives the
 same table different features in different tasks (and NaN when they all agree). Here every
 feature has a fixed transform that depends on the table alone, so it is the same in every task
