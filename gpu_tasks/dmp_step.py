@@ -43,21 +43,13 @@ class TrainingModel(nn.Module):
     """Embedding bags -> dense tower -> one logit per sample; the loss against fixed labels."""
 
     def __init__(self, tables: list, hidden: int, device: torch.device):
-        from torchrec import DataType, EmbeddingBagCollection, EmbeddingBagConfig
+        from torchrec import EmbeddingBagCollection
+
+        from dreamshard.integrations.torchrec_planner import bag_configs
 
         super().__init__()
         # the fbgemm backend's precisions: fp16 weights on GPUs, fp32 on the CPU
-        data_type = DataType.FP16 if device.type == "cuda" else DataType.FP32
-        configs = [
-            EmbeddingBagConfig(
-                name=t.name,
-                embedding_dim=t.dim,
-                num_embeddings=t.rows,
-                feature_names=[t.name],
-                data_type=data_type,
-            )
-            for t in tables
-        ]
+        configs = bag_configs(tables, "fp16" if device.type == "cuda" else "fp32")
         self.embedding_bags = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
         width = sum(t.dim for t in tables)
         self.dense = nn.Sequential(

@@ -83,19 +83,13 @@ class TorchRecRequest:
     reserve: bool
 
 
-def torchrec_request(
-    task: PlacementTask, reserve: bool = True, split: str = "none"
-) -> TorchRecRequest:
-    """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, the fused kernel;
-    table-wise only, or with `split="auto"` also the column-/row-wise sharding that maps to
-    our shards, `sharding_options`)."""
-    import torch
-    from torchrec import DataType, EmbeddingBagCollection, EmbeddingBagConfig
-    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
-    from torchrec.distributed.planner import ParameterConstraints, Topology
+def bag_configs(tables, precision: str) -> list:
+    """TorchRec's `EmbeddingBagConfig` of each table, one feature each named after it, with
+    weights of `precision` (fp16 or fp32)."""
+    from torchrec import DataType, EmbeddingBagConfig
 
-    data_type = getattr(DataType, DATA_TYPES[task.precision])
-    configs = [
+    data_type = getattr(DataType, DATA_TYPES[precision])
+    return [
         EmbeddingBagConfig(
             name=t.name,
             embedding_dim=t.dim,
@@ -103,8 +97,22 @@ def torchrec_request(
             feature_names=[t.name],
             data_type=data_type,
         )
-        for t in task.tables
+        for t in tables
     ]
+
+
+def torchrec_request(
+    task: PlacementTask, reserve: bool = True, split: str = "none"
+) -> TorchRecRequest:
+    """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, the fused kernel;
+    table-wise only, or with `split="auto"` also the column-/row-wise sharding that maps to
+    our shards, `sharding_options`)."""
+    import torch
+    from torchrec import EmbeddingBagCollection
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+    from torchrec.distributed.planner import ParameterConstraints, Topology
+
+    configs = bag_configs(task.tables, task.precision)
     constraints = {}
     for t in task.tables:
         types, min_partition = sharding_options(t, task.num_devices, split)
