@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,6 +67,20 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def generated_tables(path: Path, count: int, *options: str) -> Path:
+    """`path`, written by `dreamshard tables generate` with `count` tables of the cpu profile."""
+    what = ["--profile", "cpu", "--num-tables", str(count), *options]
+    result = run_cli("tables", "generate", *what, "--out", str(path))
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def place_command(tables: Path, devices: int, mem_gb: float, *options: str) -> list[str]:
+    """The words of `dreamshard place` for a table file on `devices` devices of `mem_gb` GiB."""
+    devices_and_memory = ["--devices", str(devices), "--mem-gb", str(mem_gb)]
+    return ["place", "--tables", str(tables), *devices_and_memory, *options]
+
+
 def error_line(result: subprocess.CompletedProcess) -> str:
     """The one line a refused command prints: exit code 2, no traceback, the message."""
     assert result.returncode == 2, result.stdout + result.stderr
@@ -81,32 +96,42 @@ def cli():
     return run_cli
 
 
+def random_tables(
+    rng: np.random.Generator,
+    count: int,
+    rows: tuple[int, int],
+    dims: list[int],
+    pooling: tuple[float, float] = (1.0, 60.0),
+) -> tuple[Table, ...]:
+    """`count` tables t0, t1, ... of rows, dim and pooling factor drawn from these ranges."""
+    return tuple(
+        Table(
+            f"t{i}",
+            rows=int(rng.integers(*rows)),
+            dim=int(rng.choice(dims)),
+            pooling_factor=float(rng.uniform(*pooling)),
+        )
+        for i in range(count)
+    )
+
+
 def table(name: str, rows: int = 1000, dim: int = 16, pooling: float = 2.0) -> Table:
     return Table(name=name, rows=rows, dim=dim, pooling_factor=pooling)
 
 
-# The tiny real pipeline run whose MLflow store the dashboard tests read (about a minute).
-TINY_PIPELINE = (
-    "--suite",
-    "cpu-12x2",
-    "--backend",
-    "simulated",
-    "--warm-start",
-    "10",
-    "--iterations",
-    "2",
-    "--placements-per-iteration",
-    "3",
-    "--costnet-steps",
-    "40",
-    "--policy-updates",
-    "3",
-    "--episodes",
-    "4",
-    "--eval-tasks",
-    "2",
-    "--rounds",
-    "2",
+# The tiny real pipeline run (about a minute): test_pipeline.py runs the flow with these options,
+# and the dashboard tests read the MLflow store of one run of `python -m flows.pipeline`.
+TINY_PIPELINE = dict(
+    suite="cpu-12x2",
+    backend="simulated",
+    warm_start=10,
+    iterations=2,
+    placements_per_iteration=3,
+    costnet_steps=40,
+    policy_updates=3,
+    episodes=4,
+    eval_tasks=2,
+    rounds=2,
 )
 
 
@@ -127,8 +152,13 @@ def pipeline_home(tmp_path_factory) -> Path:
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         MLFLOW_DISABLE_TELEMETRY="true",
     )
+    options = [
+        word
+        for key, value in TINY_PIPELINE.items()
+        for word in (f"--{key.replace('_', '-')}", str(value))
+    ]
     done = subprocess.run(
-        [sys.executable, "-m", "flows.pipeline", *TINY_PIPELINE],
+        [sys.executable, "-m", "flows.pipeline", *options],
         capture_output=True,
         text=True,
         env=env,

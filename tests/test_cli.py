@@ -7,6 +7,7 @@ import pytest
 from dreamshard.placement.plan_file import placement_from_plan, read_plan
 from dreamshard.placement.tasks import PlacementTask, is_legal
 from dreamshard.tables.sources import load_tables
+from tests.conftest import generated_tables, place_command
 
 
 def test_help_explains_the_commands(cli):
@@ -18,37 +19,13 @@ def test_help_explains_the_commands(cli):
 
 
 def test_generate_show_place(cli, tmp_path):
-    tables = tmp_path / "tables.json"
-    result = cli(
-        "tables",
-        "generate",
-        "--profile",
-        "cpu",
-        "--num-tables",
-        "30",
-        "--seed",
-        "2",
-        "--out",
-        str(tables),
-    )
-    assert result.returncode == 0, result.stderr
+    tables = generated_tables(tmp_path / "tables.json", 30, "--seed", "2")
     shown = cli("tables", "show", str(tables))
     assert shown.returncode == 0 and "30 tables" in shown.stdout and "pooling" in shown.stdout
 
     plan_path = tmp_path / "plan.json"
-    result = cli(
-        "place",
-        "--tables",
-        str(tables),
-        "--devices",
-        "4",
-        "--mem-gb",
-        "1",
-        "--method",
-        "lookup",
-        "--out",
-        str(plan_path),
-    )
+    lookup = place_command(tables, 4, 1, "--method", "lookup", "--out", str(plan_path))
+    result = cli(*lookup)
     assert result.returncode == 0, result.stderr
     assert "memory GiB" in result.stdout and "lookup*" in result.stdout
     plan = json.loads(plan_path.read_text())
@@ -71,21 +48,7 @@ def test_generate_show_place(cli, tmp_path):
     task = PlacementTask(tuple(load_tables(tables)), 4, 2**30, "fp16")
     assert is_legal(task, placement_from_plan(task, read_plan(plan_path)))
 
-    whole = cli(
-        "place",
-        "--tables",
-        str(tables),
-        "--devices",
-        "4",
-        "--mem-gb",
-        "1",
-        "--method",
-        "lookup",
-        "--split",
-        "none",
-        "--out",
-        str(plan_path),
-    )
+    whole = cli(*lookup, "--split", "none")
     assert whole.returncode == 0, whole.stderr
     assert sorted(json.loads(plan_path.read_text())["placement"]) == names
 
@@ -94,21 +57,8 @@ def test_place_from_csv_spec_with_fp32(cli, tmp_path):
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000000,64,10\nb,500000,32,3\nc,10,4,1\n")
     plan_path = tmp_path / "plan.json"
-    result = cli(
-        "place",
-        "--tables",
-        str(spec),
-        "--devices",
-        "2",
-        "--mem-gb",
-        "0.25",
-        "--precision",
-        "fp32",
-        "--split",
-        "none",
-        "--out",
-        str(plan_path),
-    )
+    fp32_whole = ["--precision", "fp32", "--split", "none", "--out", str(plan_path)]
+    result = cli(*place_command(spec, 2, 0.25, *fp32_whole))
     assert result.returncode == 0, result.stderr
     plan = json.loads(plan_path.read_text())
     assert plan["precision"] == "fp32"
@@ -190,7 +140,7 @@ def test_bad_input_is_one_line_exit_2_and_no_plan(cli, tmp_path, content, args, 
 def test_unreadable_file(cli, tmp_path):
     folder = tmp_path / "spec.csv"
     folder.mkdir()  # a folder where a file should be: unreadable as a file
-    result = cli("place", "--tables", str(folder), "--devices", "2", "--mem-gb", "1")
+    result = cli(*place_command(folder, 2, 1))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "cannot read" in result.stderr
 
@@ -200,7 +150,7 @@ def test_optimizer_state_counts_in_memory(cli, tmp_path):
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000000,64,10\nb,1000,16,2\n")
     plan_path = tmp_path / "plan.json"
-    args = ["place", "--tables", str(spec), "--devices", "2", "--mem-gb", "0.5"]
+    args = place_command(spec, 2, 0.5)
     sgd = cli(*args, "--method", "random", "--out", str(plan_path))  # splits for memory only
     assert sgd.returncode == 0, sgd.stderr
     plan = json.loads(plan_path.read_text())

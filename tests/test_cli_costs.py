@@ -1,6 +1,7 @@
 """`dreamshard measure`, `collect` and `calibrate` through the real console script."""
 
 import json
+import subprocess
 
 import pytest
 
@@ -9,36 +10,26 @@ from dreamshard.costs.types import COST_TERMS
 from dreamshard.placement.plan_file import placement_from_plan, read_plan
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.tables.sources import load_tables
-from tests.conftest import error_line
+from tests.conftest import error_line, generated_tables, place_command
 
 
 @pytest.fixture
 def plan(cli, tmp_path):
-    tables = tmp_path / "tables.json"
-    assert (
-        cli(
-            "tables", "generate", "--profile", "cpu", "--num-tables", "8", "--out", str(tables)
-        ).returncode
-        == 0
-    )
+    tables = generated_tables(tmp_path / "tables.json", 8)
     plan = tmp_path / "plan.json"
-    result = cli(
-        "place",
-        "--tables",
-        str(tables),
-        "--devices",
-        "2",
-        "--mem-gb",
-        "4",
-        "--precision",
-        "fp32",
-        "--split",
-        "none",
-        "--out",
-        str(plan),
-    )
+    fp32_whole = ["--precision", "fp32", "--split", "none", "--out", str(plan)]
+    result = cli(*place_command(tables, 2, 4, *fp32_whole))
     assert result.returncode == 0, result.stderr
     return tables, plan
+
+
+def measure_edited(cli, plan, edit) -> subprocess.CompletedProcess:
+    """`dreamshard measure` of the plan file once `edit` has changed its JSON."""
+    tables, plan_path = plan
+    data = json.loads(plan_path.read_text())
+    edit(data)
+    plan_path.write_text(json.dumps(data))
+    return cli("measure", "--tables", str(tables), "--plan", str(plan_path))
 
 
 def test_measure_prints_the_breakdown(cli, plan):
@@ -82,11 +73,7 @@ def test_measure_prints_the_breakdown(cli, plan):
     ],
 )
 def test_bad_plans_are_refused_before_measuring(cli, plan, edit, words):
-    tables, plan_path = plan
-    data = json.loads(plan_path.read_text())
-    edit(data)
-    plan_path.write_text(json.dumps(data))
-    result = cli("measure", "--tables", str(tables), "--plan", str(plan_path))
+    result = measure_edited(cli, plan, edit)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr
@@ -113,12 +100,8 @@ def test_bad_plans_are_refused_before_measuring(cli, plan, edit, words):
     ],
 )
 def test_malformed_plan_files_are_one_line_naming_the_field(cli, plan, edit, problem):
-    tables, plan_path = plan
-    data = json.loads(plan_path.read_text())
-    edit(data)
-    plan_path.write_text(json.dumps(data))
-    result = cli("measure", "--tables", str(tables), "--plan", str(plan_path))
-    assert error_line(result) == f"{plan_path}: {problem}"
+    _, plan_path = plan
+    assert error_line(measure_edited(cli, plan, edit)) == f"{plan_path}: {problem}"
 
 
 def test_unreadable_plan_json_is_one_line(cli, plan):

@@ -81,16 +81,26 @@ cases = st.tuples(
 )
 
 
+def case_networks(case) -> tuple[PlacementTask, PlacementPolicy, CostNet]:
+    """The task and the networks that one of `cases` describes."""
+    seed, num_tables, num_devices, slack, table_aware, lookahead, comm, encoder = case
+    task = random_task(seed, num_tables, num_devices, slack)
+    return task, *networks(seed, table_aware, lookahead, comm, encoder)
+
+
+def assert_same_episodes(fast, reference) -> None:
+    """The fast path placed every table of every episode where the reference did."""
+    assert fast.devices.tolist() == reference.devices.tolist()
+    assert fast.legal.tolist() == reference.legal.tolist()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_greedy_places_as_the_reference(case):
-    seed, num_tables, num_devices, slack, table_aware, lookahead, comm, encoder = case
-    task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware, lookahead, comm, encoder)
+    task, policy, costnet = case_networks(case)
     reference = policy.rollout(task, costnet, 1, greedy=True)  # autograd on: the reference
     fast = fast_rollout(policy, task, costnet, 1, 0)
-    assert fast.devices.tolist() == reference.devices.tolist()
-    assert fast.legal.tolist() == reference.legal.tolist()
+    assert_same_episodes(fast, reference)
     assert torch.allclose(fast.predicted, reference.predicted)
     assert torch.allclose(fast.log_prob, reference.log_prob.detach(), rtol=1e-4, atol=1e-4)
     assert torch.allclose(fast.entropy, reference.entropy.detach(), rtol=1e-4, atol=1e-4)
@@ -99,15 +109,13 @@ def test_fast_greedy_places_as_the_reference(case):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_fast_samples_match_the_reference_for_a_seed(case):
-    seed, num_tables, num_devices, slack, table_aware, lookahead, comm, encoder = case
-    task = random_task(seed, num_tables, num_devices, slack)
-    policy, costnet = networks(seed, table_aware, lookahead, comm, encoder)
+    seed = case[0]
+    task, policy, costnet = case_networks(case)
     reference_generator = torch.Generator().manual_seed(seed)
     reference = policy.rollout(task, costnet, 4, generator=reference_generator)
     fast_generator = torch.Generator().manual_seed(seed)
     fast = fast_rollout(policy, task, costnet, 0, 4, fast_generator)
-    assert fast.devices.tolist() == reference.devices.tolist()
-    assert fast.legal.tolist() == reference.legal.tolist()
+    assert_same_episodes(fast, reference)
     assert torch.equal(fast_generator.get_state(), reference_generator.get_state())
 
 

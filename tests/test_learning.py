@@ -27,6 +27,7 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.sources import load_tables
 from dreamshard.tables.table import Table
+from tests.conftest import place_command
 
 MiB = 2**20
 
@@ -246,18 +247,7 @@ def test_bad_model_files_are_refused(trained, tmp_path, cli):
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\n")
     for args in (["--model", str(corrupt)], [], ["--model", str(tmp_path / "missing.pt")]):
-        result = cli(
-            "place",
-            "--tables",
-            str(spec),
-            "--devices",
-            "2",
-            "--mem-gb",
-            "1",
-            "--method",
-            "dreamshard",
-            *args,
-        )
+        result = cli(*place_command(spec, 2, 1, "--method", "dreamshard", *args))
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
@@ -267,8 +257,8 @@ def test_model_takes_the_folder_that_train_wrote(trained, tmp_path, cli):
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\nc,500,8,9\n")
     plan, empty = tmp_path / "plan.json", tmp_path / "empty"
     empty.mkdir()
-    args = ["place", "--tables", str(spec), "--devices", "2", "--mem-gb", "1"]
-    args += ["--precision", "fp32", "--method", "dreamshard", "--samples", "0", "--out", str(plan)]
+    args = place_command(spec, 2, 1, "--precision", "fp32", "--method", "dreamshard")
+    args += ["--samples", "0", "--out", str(plan)]
     done = cli(*args, "--model", config.out)
     assert done.returncode == 0, done.stderr
     task = PlacementTask(tuple(load_tables(str(spec))), 2, 2**30, "fp32")
@@ -287,9 +277,8 @@ def test_a_task_outside_the_training_ranges_is_placed_and_said_so(trained, tmp_p
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\nc,500,8,9\n")
     plan = tmp_path / "plan.json"
-    args = ["place", "--tables", str(spec), "--mem-gb", "1", "--precision", "fp32"]
-    args += ["--method", "dreamshard", "--model", config.out, "--out", str(plan)]
-    wide = cli(*args, "--devices", "8")
+    args = place_command(spec, 8, 1, "--precision", "fp32", "--method", "dreamshard")
+    wide = cli(*args, "--model", config.out, "--out", str(plan))
     assert wide.returncode == 0, wide.stderr
     notes = [line for line in wide.stderr.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "devices 8-8 (trained on 3-3)" in notes[0]

@@ -15,7 +15,7 @@ from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.table import Table
-from tests.conftest import give_residual_weights
+from tests.conftest import give_residual_weights, random_tables
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -26,15 +26,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def random_task(seed: int, num_tables: int, num_devices: int, slack: float) -> PlacementTask:
     """Tables of varied shape, size and pooling; the cap is `slack` x an even split."""
     rng = np.random.default_rng(seed)
-    tables = tuple(
-        Table(
-            f"t{i}",
-            rows=int(rng.integers(1_000, 400_000)),
-            dim=int(rng.choice([4, 16, 64, 128])),
-            pooling_factor=float(rng.uniform(1.0, 60.0)),
-        )
-        for i in range(num_tables)
-    )
+    tables = random_tables(rng, num_tables, (1_000, 400_000), [4, 16, 64, 128])
     sizes = [t.bytes("fp32") for t in tables]
     cap = int(max(max(sizes), slack * sum(sizes) / num_devices))
     return PlacementTask(tables, num_devices, cap, "fp32")
@@ -57,6 +49,17 @@ def random_placement(rng: np.random.Generator, num_tables: int, num_devices: int
     return Placement(tuple(int(d) for d in rng.integers(0, num_devices, num_tables)))
 
 
+def random_case(
+    seed: int, num_tables: int, num_devices: int
+) -> tuple[np.random.Generator, PlacementTask, CostNet, Placement]:
+    """A roomy task, a cost network and a placement for one row of CASES, and the generator that
+    drew the placement (for the test's own draws after it)."""
+    rng = np.random.default_rng(seed)
+    task = random_task(seed, num_tables, num_devices, slack=10.0)
+    costnet = random_costnet(seed)
+    return rng, task, costnet, random_placement(rng, num_tables, num_devices)
+
+
 CASES = [(seed, 3 + (5 * seed) % 29, 1 + seed % 6) for seed in range(20)]  # seed, T, D
 
 
@@ -67,10 +70,7 @@ CASES = [(seed, 3 + (5 * seed) % 29, 1 + seed % 6) for seed in range(20)]  # see
 def test_relabelling_devices_permutes_the_per_device_costs_and_keeps_the_overall(
     seed, num_tables, num_devices
 ):
-    rng = np.random.default_rng(seed)
-    task = random_task(seed, num_tables, num_devices, slack=10.0)
-    costnet = random_costnet(seed)
-    placement = random_placement(rng, num_tables, num_devices)
+    rng, task, costnet, placement = random_case(seed, num_tables, num_devices)
     relabel = rng.permutation(num_devices)  # device d becomes device relabel[d]
     moved = Placement(tuple(int(relabel[d]) for d in placement.devices))
     per_device, overall = costnet.predict_ms(task, placement)
@@ -81,10 +81,7 @@ def test_relabelling_devices_permutes_the_per_device_costs_and_keeps_the_overall
 
 @pytest.mark.parametrize("seed, num_tables, num_devices", CASES)
 def test_reordering_the_tables_changes_no_prediction(seed, num_tables, num_devices):
-    rng = np.random.default_rng(seed)
-    task = random_task(seed, num_tables, num_devices, slack=10.0)
-    costnet = random_costnet(seed)
-    placement = random_placement(rng, num_tables, num_devices)
+    rng, task, costnet, placement = random_case(seed, num_tables, num_devices)
     order = rng.permutation(num_tables)
     shuffled_task = PlacementTask(
         tuple(task.tables[i] for i in order), num_devices, task.memory_cap_bytes, task.precision
@@ -98,10 +95,7 @@ def test_reordering_the_tables_changes_no_prediction(seed, num_tables, num_devic
 
 @pytest.mark.parametrize("seed, num_tables, num_devices", CASES)
 def test_an_empty_extra_device_changes_no_prediction_of_the_others(seed, num_tables, num_devices):
-    rng = np.random.default_rng(seed)
-    task = random_task(seed, num_tables, num_devices, slack=10.0)
-    costnet = random_costnet(seed)
-    placement = random_placement(rng, num_tables, num_devices)
+    rng, task, costnet, placement = random_case(seed, num_tables, num_devices)
     wider = PlacementTask(task.tables, num_devices + 1, task.memory_cap_bytes, task.precision)
     # the empty device goes anywhere: relabel so that it is device `empty`
     empty = int(rng.integers(0, num_devices + 1))

@@ -13,20 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-
-TINY = dict(
-    suite="cpu-12x2",
-    backend="simulated",
-    warm_start=10,
-    iterations=2,
-    placements_per_iteration=3,
-    costnet_steps=40,
-    policy_updates=3,
-    episodes=4,
-    eval_tasks=2,
-    rounds=2,
-)
+from tests.conftest import SCRIPT, TINY_PIPELINE, generated_tables, place_command, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +43,7 @@ def harness(home):
 def first_run(harness):
     from flows.pipeline import pipeline
 
-    return pipeline(**TINY)
+    return pipeline(**TINY_PIPELINE)
 
 
 def dataset_keys(path: Path, status: str = "ok") -> list[str]:
@@ -99,9 +86,9 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
         if name != "pipeline":
             assert run.data.tags["mlflow.parentRunId"] == parent
     losses = client.get_metric_history(by_flow["train-cost-model"].info.run_id, "costnet_loss")
-    assert len(losses) == TINY["costnet_steps"]
+    assert len(losses) == TINY_PIPELINE["costnet_steps"]
     rewards = client.get_metric_history(by_flow["train-policy"].info.run_id, "policy_reward_ms")
-    assert len(rewards) == TINY["iterations"] * TINY["policy_updates"]
+    assert len(rewards) == TINY_PIPELINE["iterations"] * TINY_PIPELINE["policy_updates"]
     evaluation = client.list_artifacts(by_flow["evaluate"].info.run_id)
     assert {"evaluation.json", "predictions.json"} <= {a.path for a in evaluation}
     assert by_flow["evaluate"].data.metrics["size_lookup.mean_cost_ms"] > 0
@@ -115,29 +102,10 @@ def test_pipeline_tracks_runs_and_registers_a_champion(first_run, home):
 
 
 def test_the_champion_places_tables_from_the_registry(first_run, home, tmp_path):
-    tables = tmp_path / "tables.json"
-    assert (
-        run_cli(
-            "tables", "generate", "--profile", "cpu", "--num-tables", "12", "--out", str(tables)
-        ).returncode
-        == 0
-    )
+    tables = generated_tables(tmp_path / "tables.json", 12)
     plan = tmp_path / "plan.json"
-    done = run_cli(
-        "place",
-        "--tables",
-        str(tables),
-        "--devices",
-        "2",
-        "--mem-gb",
-        "1",
-        "--method",
-        "dreamshard",
-        "--model",
-        "models:/dreamshard-policy@champion",
-        "--out",
-        str(plan),
-    )
+    champion = ["--model", "models:/dreamshard-policy@champion", "--out", str(plan)]
+    done = run_cli(*place_command(tables, 2, 1, "--method", "dreamshard", *champion))
     assert done.returncode == 0, done.stderr
     # the dreamshard planner names its pick (a heuristic it kept keeps that heuristic's name as
     # its method); a heuristic run on its own names none
@@ -161,7 +129,7 @@ def test_a_rerun_measures_nothing_it_has_stored(first_run, home):
 
     dataset = Path(first_run["work_dir"]) / "costs.sqlite"
     before = dataset_keys(dataset)
-    second = pipeline(**TINY)
+    second = pipeline(**TINY_PIPELINE)
     after = dataset_keys(dataset)
     assert sorted(after) == sorted(before) and len(set(after)) == len(after)
     # the same weights registered again cannot beat the champion: it stays a candidate
@@ -241,32 +209,19 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
 
 
 def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
-    tables = tmp_path / "tables.json"
-    cli("tables", "generate", "--profile", "cpu", "--num-tables", "6", "--out", str(tables))
-    place = [
-        "place",
-        "--tables",
-        str(tables),
-        "--devices",
-        "2",
-        "--mem-gb",
-        "1",
-        "--method",
-        "dreamshard",
-        "--model",
-    ]
+    tables = generated_tables(tmp_path / "tables.json", 6)
+    place = place_command(tables, 2, 1, "--method", "dreamshard", "--model")
     env_home = {"DREAMSHARD_HOME": str(tmp_path / "home")}
     cases = [
         ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, "models:/dreamshard-policy@champion"),
         (env_home, "models:/dreamshard-policy@champion"),
         (env_home, "models:/no-such-model/3"),
     ]
-    script = str(Path(sys.executable).parent / "dreamshard")
     # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: earlier tests' stores must not leak
     clean = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     for env, uri in cases:
         done = subprocess.run(
-            [script, *place, uri], capture_output=True, text=True, env={**clean, **env}
+            [str(SCRIPT), *place, uri], capture_output=True, text=True, env={**clean, **env}
         )
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -281,19 +236,23 @@ def test_unusable_tracking_or_registry_gives_one_line(cli, tmp_path):
     assert len(lines) == 1 and "cannot be used" in lines[0]
 
 
-def test_the_evaluate_flow_adds_a_refined_row_on_request(first_run, tmp_path):
+def evaluate_first_run(first_run, out: Path, **options) -> dict:
+    """The evaluate flow on the first run's candidate (trained on simulated costs)."""
     from flows.evaluate import evaluate_models
 
-    result = evaluate_models(
-        suite=TINY["suite"],
+    candidate = first_run["candidate"]
+    return evaluate_models(
+        suite=TINY_PIPELINE["suite"],
         backend="simulated",
-        candidate=first_run["candidate"],
-        tasks=2,
-        rounds=2,
-        out=str(tmp_path),
-        refine_backend="simulated",
-        refine_seconds=5,
+        candidate=candidate,
+        out=str(out),
+        **options,
     )
+
+
+def test_the_evaluate_flow_adds_a_refined_row_on_request(first_run, tmp_path):
+    refine = dict(refine_backend="simulated", refine_seconds=5)
+    result = evaluate_first_run(first_run, tmp_path, tasks=2, rounds=2, **refine)
     rows = {row["planner"]: row for row in result["summary"]}
     refined, plain = rows["candidate_refined"], rows["candidate"]
     assert refined["tasks_placed"] == 2 and refined["picked"]  # which candidates won, by name
@@ -302,18 +261,8 @@ def test_the_evaluate_flow_adds_a_refined_row_on_request(first_run, tmp_path):
 
 
 def test_the_evaluate_flow_measures_on_its_eval_backend(first_run, tmp_path):
-    from flows.evaluate import evaluate_models
-
     # the models learnt simulated costs; the evaluation times real kernels (as `dmp` would)
-    result = evaluate_models(
-        suite=TINY["suite"],
-        backend="simulated",
-        candidate=first_run["candidate"],
-        tasks=1,
-        rounds=1,
-        out=str(tmp_path),
-        eval_backend="fbgemm",
-    )
+    result = evaluate_first_run(first_run, tmp_path, tasks=1, rounds=1, eval_backend="fbgemm")
     assert "fbgemm backend (measured)" in result["note"]
     with sqlite3.connect(tmp_path / "costs.sqlite") as db:
         backends = {r[0] for r in db.execute("SELECT DISTINCT backend FROM measurements")}

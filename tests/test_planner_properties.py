@@ -30,7 +30,7 @@ from dreamshard.planners import dreamshard_planner
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
 from dreamshard.planners.milp import solve_milp
 from dreamshard.planners.search import dreamshard_search_place, search_analytic_place
-from dreamshard.tables.table import Table
+from tests.conftest import random_tables
 
 SEEDS = range(20)
 
@@ -43,15 +43,7 @@ def binding_task(seed: int, num_devices: int | None = None) -> PlacementTask:
     rng = np.random.default_rng(seed)
     num_tables = int(rng.integers(8, 31))
     num_devices = num_devices or int(rng.integers(2, 9))
-    tables = tuple(
-        Table(
-            f"t{i}",
-            rows=int(rng.integers(2_000, 300_000)),
-            dim=int(rng.choice([4, 8, 16, 32, 64, 128])),
-            pooling_factor=float(rng.uniform(1.0, 60.0)),
-        )
-        for i in range(num_tables)
-    )
+    tables = random_tables(rng, num_tables, (2_000, 300_000), [4, 8, 16, 32, 64, 128])
     slack = float(rng.uniform(1.02, 1.15))
     sizes = [t.bytes("fp16") for t in tables]
     cap = int(max(max(sizes), slack * sum(sizes) / num_devices))

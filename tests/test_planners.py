@@ -37,6 +37,17 @@ def legal_placement_exists(task):
     return False
 
 
+def whole_table_placements(task, seed):
+    """Each baseline and heuristic planner's name and whole-table placement of `task`; the
+    placement is None where the planner says that the task is infeasible."""
+    for method in method_names("baseline", "heuristic"):
+        try:
+            placement = place(task, method, seed, split="none")
+        except InfeasibleError:
+            placement = None
+        yield method, placement
+
+
 tasks = st.builds(
     lambda sizes, dims, pooling, d, cap: make_task(
         sizes, d, cap, dims[: len(sizes)], pooling[: len(sizes)]
@@ -49,20 +60,6 @@ tasks = st.builds(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(task=tasks, seed=st.integers(0, 2**16))
-def test_every_planner_is_legal_or_says_infeasible_exactly(task, seed):
-    feasible = legal_placement_exists(task)
-    for method in method_names("baseline", "heuristic"):
-        try:
-            placement = place(task, method, seed, split="none")
-        except InfeasibleError:
-            assert not feasible, f"{method} gave up on a task that has a legal placement"
-            continue
-        assert feasible and is_legal(task, placement)
-        assert placement == place(task, method, seed, split="none")  # deterministic for a seed
-
-
 big_tasks = st.builds(
     lambda sizes, d, slack: make_task(sizes, d, max(max(sizes), int(slack * sum(sizes) / d) + 1)),
     st.lists(st.integers(1, 500), min_size=1, max_size=120),
@@ -71,15 +68,24 @@ big_tasks = st.builds(
 )
 
 
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=tasks, seed=st.integers(0, 2**16))
+def test_every_planner_is_legal_or_says_infeasible_exactly(task, seed):
+    feasible = legal_placement_exists(task)
+    for method, placement in whole_table_placements(task, seed):
+        if placement is None:
+            assert not feasible, f"{method} gave up on a task that has a legal placement"
+            continue
+        assert feasible and is_legal(task, placement)
+        assert placement == place(task, method, seed, split="none")  # deterministic for a seed
+
+
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=big_tasks, seed=st.integers(0, 2**16))
 def test_planners_on_larger_tasks_never_overload_a_device(task, seed):
-    for method in method_names("baseline", "heuristic"):
-        try:
-            placement = place(task, method, seed, split="none")
-        except InfeasibleError:
-            continue
-        assert device_memory(task, placement).max() <= task.memory_cap_bytes
+    for _, placement in whole_table_placements(task, seed):
+        if placement is not None:
+            assert device_memory(task, placement).max() <= task.memory_cap_bytes
 
 
 def test_greedy_balances_its_key_when_memory_is_loose():

@@ -40,6 +40,7 @@ from dreamshard.tables.shards import Split, split_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import trace_for
+from tests.conftest import random_tables
 
 SPLIT_METHODS = [  # every method that needs no model nor another package
     r.name for r in registrations() if not r.needs
@@ -120,15 +121,7 @@ def binding_cap_task(seed: int) -> PlacementTask:
     """Random tables on 2-6 devices, caps 1.02-1.3 x an even split, some tables over a cap."""
     rng = np.random.default_rng(seed)
     d = int(rng.integers(2, 7))
-    tables = tuple(
-        Table(
-            f"t{i}",
-            rows=int(rng.integers(1_000, 200_000)),
-            dim=int(rng.choice([4, 8, 16, 32, 64, 128])),
-            pooling_factor=float(rng.uniform(1.0, 60.0)),
-        )
-        for i in range(int(rng.integers(3, 20)))
-    )
+    tables = random_tables(rng, int(rng.integers(3, 20)), (1_000, 200_000), [4, 8, 16, 32, 64, 128])
     total = sum(t.bytes("fp16") for t in tables)
     cap = int(total / d * rng.uniform(1.02, 1.3))
     return PlacementTask(tables, d, cap, "fp16", f"binding-{seed}")

@@ -24,6 +24,7 @@ from dreamshard.placement.splitting import heuristic_placements
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
 from dreamshard.tables.shards import Split, max_column_parts
 from dreamshard.tables.table import Table
+from tests.conftest import place_command, random_tables
 
 
 @pytest.fixture
@@ -35,15 +36,7 @@ def torchrec():
 def random_task(rng: np.random.Generator, slack: float) -> PlacementTask:
     """Tables of 1e5..1e6 rows, dims 16..128; cap `slack` x the even share (>= the largest)."""
     num_tables, num_devices = int(rng.integers(3, 13)), int(rng.integers(2, 5))
-    tables = tuple(
-        Table(
-            name=f"t{i}",
-            rows=int(rng.integers(100_000, 1_000_000)),
-            dim=int(rng.choice([16, 32, 64, 128])),
-            pooling_factor=float(rng.uniform(1, 30)),
-        )
-        for i in range(num_tables)
-    )
+    tables = random_tables(rng, num_tables, (100_000, 1_000_000), [16, 32, 64, 128], (1, 30))
     sizes = [t.bytes() for t in tables]
     cap = int(max(slack * sum(sizes) / num_devices, 1.2 * max(sizes)))
     return PlacementTask(tables, num_devices, cap)
@@ -116,17 +109,14 @@ def test_torchrec_own_plan_exports_like_ours(torchrec):
     )
 
 
+def gib_task(num_devices: int, *tables: tuple[str, int, int, float], name="") -> PlacementTask:
+    """Tables given as (name, rows, dim, pooling factor) on devices of 1 GiB each."""
+    return PlacementTask(tuple(Table(*table) for table in tables), num_devices, GIB, name=name)
+
+
 # A split plan on 4 devices: "wide" in 4 column shards (two on device 2), "tall" row-wise in the
 # layout DMP trains (rows divisible by 4, shard r on device r), "small" whole.
-SPLIT_TASK = PlacementTask(
-    (
-        Table("wide", rows=3000, dim=64, pooling_factor=20.0),
-        Table("tall", rows=8000, dim=16, pooling_factor=5.0),
-        Table("small", rows=500, dim=8, pooling_factor=1.0),
-    ),
-    num_devices=4,
-    memory_cap_bytes=GIB,
-)
+SPLIT_TASK = gib_task(4, ("wide", 3000, 64, 20.0), ("tall", 8000, 16, 5.0), ("small", 500, 8, 1.0))
 SPLIT_PLAN = Placement(
     # wide[c0:16] .. wide[c48:64], tall[r0:2000] .. tall[r6000:8000], small
     (2, 0, 2, 3, 0, 1, 2, 3, 1),
@@ -168,15 +158,8 @@ def test_split_plans_round_trip(torchrec):
 
 # One hot table: its lookup key (dim x pooling) exceeds the mean device load on 2 devices, so the
 # lookup heuristic's balance rule halves it column-wise (tests/test_dmp_split.py trains with it).
-ONE_HOT_TABLE = PlacementTask(
-    (
-        Table("hot", rows=1000, dim=32, pooling_factor=50.0),
-        Table("cold", rows=400, dim=16, pooling_factor=2.0),
-        Table("geo", rows=600, dim=8, pooling_factor=3.0),
-    ),
-    num_devices=2,
-    memory_cap_bytes=GIB,
-    name="one hot table",
+ONE_HOT_TABLE = gib_task(
+    2, ("hot", 1000, 32, 50.0), ("cold", 400, 16, 2.0), ("geo", 600, 8, 3.0), name="one hot table"
 )
 
 
@@ -251,7 +234,7 @@ def torchrec_plan_of(tables: list[tuple[str, int, int]], world: int, types: list
 
 def test_torchrec_own_split_plans_read_as_our_splits(torchrec):
     tables = [("wide", 5000, 64), ("tall", 8000, 32)]
-    task = PlacementTask(tuple(Table(n, r, d, 1.0) for n, r, d in tables), 2, GIB)
+    task = gib_task(2, *((n, r, d, 1.0) for n, r, d in tables))
     # column-wise in blocks of 16: four shards on two ranks, so one rank holds two
     plan = torchrec_plan_of(tables, 2, ["column_wise"], width=16)
     assert sorted(plan.plan[""]["wide"].ranks) == [0, 0, 1, 1]
@@ -271,12 +254,12 @@ def test_torchrec_own_split_plans_read_as_our_splits(torchrec):
 
 def test_torchrec_shards_we_do_not_cut_name_the_table(torchrec):
     # dim 96 in blocks of 32: three column shards, not a power of two
-    task = PlacementTask((Table("odd", 1000, 96, 1.0),), 2, GIB)
+    task = gib_task(2, ("odd", 1000, 96, 1.0))
     plan = torchrec_plan_of([("odd", 1000, 96)], 2, ["column_wise"], width=32)
     with pytest.raises(DreamshardError, match=r"table odd \(1000 x 96\): its column_wise shards"):
         placement_from_sharding_plan(task, plan, module_path="")
     # 1001 rows on 4 ranks: TorchRec's blocks of 251 rows (the last 248) are our row ranges
-    task = PlacementTask((Table("uneven", 1001, 16, 1.0),), 4, GIB)
+    task = gib_task(4, ("uneven", 1001, 16, 1.0))
     plan = torchrec_plan_of([("uneven", 1001, 16)], 4, ["row_wise"])
     placement = placement_from_sharding_plan(task, plan, module_path="")
     assert placement.splits == (Split("uneven", "row", 4),) and placement.devices == (0, 1, 2, 3)
@@ -307,18 +290,9 @@ def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
     )
     out = tmp_path / "plan.json"
     # 0.02 GiB a device: room for our planners, not once TorchRec keeps its reservation back
-    args = ["place", "--tables", str(spec), "--devices", "3", "--mem-gb", "0.02"]
-    done = cli(
-        *args,
-        "--method",
-        "lookup",
-        "--out",
-        str(out),
-        "--format",
-        "torchrec",
-        "--module-path",
-        "sparse_arch.embedding_bag_collection",
-    )
+    args = place_command(spec, 3, 0.02)
+    lookup = [*args, "--method", "lookup", "--out", str(out), "--format", "torchrec"]
+    done = cli(*lookup, "--module-path", "sparse_arch.embedding_bag_collection")
     assert done.returncode == 0, done.stderr
     data = read_torchrec_plan(out)
     tables = data["plan"]["sparse_arch.embedding_bag_collection"]
@@ -329,17 +303,7 @@ def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
     places = {s["placement"] for t in tables.values() for s in t["shards"]}
     assert all(p.startswith("rank:") and "/cuda:" in p for p in places)
 
-    done = cli(
-        *args,
-        "--method",
-        "lookup",
-        "--out",
-        str(out),
-        "--format",
-        "torchrec",
-        "--compute-device",
-        "cpu",
-    )
+    done = cli(*lookup, "--compute-device", "cpu")
     assert done.returncode == 0, done.stderr
     tables = read_torchrec_plan(out)["plan"]["embedding_bags"]
     places = {s["placement"] for t in tables.values() for s in t["shards"]}
@@ -353,7 +317,7 @@ def test_place_format_torchrec_writes_a_valid_plan(torchrec, cli, tmp_path):
 
 def test_without_torchrec_the_method_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchrec", None)  # import torchrec now raises ImportError
-    task = PlacementTask((Table("a", 100, 16, 1.0), Table("b", 100, 16, 1.0)), 2, GIB)
+    task = gib_task(2, ("a", 100, 16, 1.0), ("b", 100, 16, 1.0))
     with pytest.raises(DreamshardError, match="make torchrec"):
         place(task, "torchrec")
 
