@@ -6,8 +6,8 @@ Planners: random, the four heuristics, the candidate model and the current champ
 candidate becomes `champion` (in both registered models) only when its measured cost beats the
 champion's on these tasks (paired geometric mean ratio below 1); otherwise it is `candidate`.
 With `eval_backend` (for example "dmp": real TorchRec training steps,
-`integrations/dmp_backend.py`), the placements are measured, and the promotion decided, on that backend instead of the one the
-models were trained on.
+`integrations/dmp_backend.py`), the placements are measured, and the promotion decided, on that
+backend instead of the one the models were trained on.
 """
 
 from __future__ import annotations
