@@ -22,17 +22,16 @@ count; "n/a" elsewhere), search_analytic (local search on the calibrated analyti
 strong non-learned baseline), dreamshard, dreamshard_search, dreamshard_refined (dreamshard's
 top candidates and the heuristics measured on the same backend for --refine-seconds per task,
 `dreamshard place --refine`; the pick stays unless another is cheaper beyond the noise), the
-MILP on the cost network's single-table costs, and the best known placement: every other
-planner's placement of the task measured once (a screening pass), then `local_search` from
-search_analytic's placement and from the screening's cheapest (the budget shared), scored by
-real measurements. Its neighbours are many, so in each batch of 64 only the 2 the cost network
-ranks best are measured (the network proposes, the hardware decides). The search's and the
+MILP on the cost network's single-table costs, and the best known placement
+(`dreamshard/evaluation/best_known.py`: every other planner's placement screened, then local
+search scored by real measurements on the cost network's picks). The search's and the
 refinement's own measurements are kept out of the ratios (winner's curse): their results are
 measured again with everything else. All compare whole tables (`--split none`).
 
-All placements of all suites are measured in ONE interleaved run (`dreamshard.evaluation.evaluate`),
-`--rounds` rounds; identical placements share one measurement per round. Ratios are paired
-within rounds (geometric mean over rounds per task, then over tasks; min-max over tasks):
+All placements of all suites are measured in ONE interleaved run
+(`dreamshard.evaluation.evaluate`), `--rounds` rounds; identical placements share one
+measurement per round. Ratios are paired within rounds (geometric mean over rounds per task,
+then over tasks; min-max over tasks):
 (a) vs the strongest fixed heuristic of the suite, (b) vs the per-task best heuristic, (c) vs
 the best known: per task, the placement with the lowest mean cost in these rounds (the
 search's result when its re-measurement confirms it, else whichever planner's was cheaper).
@@ -54,32 +53,35 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from best_known import BEST_KNOWN, BestKnown
-from planners_report import REFINED, render, torchrec_version, write_raw
-from planners_store import REFINE_ROUND, SEARCH_ROUND, Measurements, PlanStore
+from dreamshard.methods import named_planner
+from dreamshard.planners.torchrec_planner import torchrec_place
+from planners_report import REFINED, render
+from planners_store import REFINE_ROUND, SEARCH_ROUND, PlanStore
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.best_known import BEST_KNOWN, BestKnown
 from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.evaluation.models import rnn_for_run, train_for_run, trained_on
 from dreamshard.evaluation.refine import refine
+from dreamshard.evaluation.report_files import torchrec_version, write_evaluation, write_report
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.files import write_text_atomic
+from dreamshard.evaluation.stored import Measurements
 from dreamshard.learn.model_file import DreamShardModel, load_model
-from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place, save_rnn, train_rnn
+from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place
 from dreamshard.learn.rnn_config import RnnTrainConfig
-from dreamshard.learn.train import TrainConfig, train
-from dreamshard.methods import named_planner
+from dreamshard.learn.train import TrainConfig
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.milp import MilpResult, solve_milp
-from dreamshard.planners.torchrec_planner import torchrec_place
 from dreamshard.state import state_dir
 from dreamshard.tables.features import feature_matrix
 
 RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
+SUITE_NAME = "compare_planners"  # the dataset records' suite
 MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
 
 
@@ -133,7 +135,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
     if args.model:
         model = load_model(args.model)
-        return model, f"{args.model} (trained on {model.metadata.get('suite', '?')})"
+        return model, f"{args.model} ({trained_on(model)})"
     out = state_dir() / "compare_planners" / f"model-{args.train_backend}"
     if args.resume and (out / "model.pt").is_file():
         log(f"--resume: the model an earlier session trained, {out}/model.pt")
@@ -142,39 +144,20 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
             f"{args.train_backend} backend, {args.train_iterations} iterations ({out}/model.pt)"
         )
     log(f"no --model: training one on cpu-50x4 with the {args.train_backend} backend in {out}")
-    start = time.monotonic()
     config = TrainConfig(
         suite="cpu-50x4", backend=args.train_backend, out=str(out), iterations=args.train_iterations
     )
-    model = train(config, log=log)
-    minutes = (time.monotonic() - start) / 60
-    return model, (
-        f"trained by this run on cpu-50x4 with the {args.train_backend} backend, "
-        f"{config.iterations} iterations ({minutes:.1f} min, {out}/model.pt)"
-    )
+    return train_for_run(config, log, fresh=False)
 
 
 def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnPlacer, str]:
     if args.rnn:
         placer = load_rnn(args.rnn)
         return placer, f"{args.rnn} ({placer.num_devices} devices)"
+    suite = model.metadata.get("suite", "cpu-50x4")
+    config = RnnTrainConfig(suite=suite, updates=args.rnn_updates, seed=args.seed)
     path = state_dir() / "compare_planners" / "rnn.pt"
-    config = RnnTrainConfig(
-        suite=model.metadata.get("suite", "cpu-50x4"), updates=args.rnn_updates, seed=args.seed
-    )
-    session = "an earlier session of this run"
-    if args.resume and path.is_file():
-        log(f"--resume: the RNN {session} trained, {path}")
-        placer = load_rnn(path)
-    else:
-        log(f"no --rnn: training one on {config.suite} against the model's cost network")
-        placer = train_rnn(model, config, log=log)
-        save_rnn(placer, path, config)
-        session = "this run"
-    return placer, (
-        f"trained by {session} on {placer.metadata['train']['suite']} against the model's cost "
-        f"network, {placer.metadata['budget']} ({path})"
-    )
+    return rnn_for_run(model, config, path, args.resume, log)
 
 
 @torch.no_grad()
@@ -288,7 +271,7 @@ def run_benchmark(args: argparse.Namespace, log) -> Run:
             for name in args.suites.split(",")
         }
         tasks = [task for suite_tasks in suites.values() for task in suite_tasks]
-        measurements = Measurements(backend, dataset)
+        measurements = Measurements(backend, dataset, SUITE_NAME)
         searching = measurements.backend_for("screening and search", SEARCH_ROUND)
         best_known = BestKnown(
             searching, model, args.search_budget, args.seed, store.log(BEST_KNOWN)
@@ -363,12 +346,10 @@ def main(argv: list[str] | None = None) -> str:
         torch.set_num_threads(threads)
     command = " ".join(["benchmarks/compare_planners.py", *argv])
     report, summaries = render(run, args, command)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report + "\n")
-    write_raw(
+    write_report(args.out, report)
+    write_evaluation(
         run.evaluation,
-        out,
+        args.out,
         {
             "suites": {name: [t.name for t in tasks] for name, tasks in run.suites.items()},
             "summary_by_suite": summaries,
@@ -385,7 +366,6 @@ def main(argv: list[str] | None = None) -> str:
         },
     )
     print(report, flush=True)
-    print(f"wrote {out} (+ .json, .csv)", flush=True)
     return report
 
 

@@ -26,17 +26,11 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from feature_ablation import (
-    HEADS,
-    dataset_data,
-    learned_heads,
-    log,
-    simulated_data,
-    train_config,
-)
+from feature_ablation import log, study_data
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.evaluation.costnet_study import HEADS, learned_heads, study_config
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet
@@ -51,7 +45,7 @@ def fit_and_score(
 ) -> dict:
     """Held-out errors of a fresh network fitted on `data.train`; `prior` (suite, rows,
     placements, steps): first fitted on that simulated prior."""
-    config = replace(train_config(data, seed, steps, loss), costnet_encoder=encoder)
+    config = replace(study_config(data, seed, steps, loss), costnet_encoder=encoder)
     state = fresh_state(config)
     if prior is not None:
         suite, rows, placements, prior_steps = prior
@@ -97,10 +91,7 @@ def main(argv: list[str] | None = None) -> list[list[object]]:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began = time.monotonic()
-    if args.dataset:
-        data = dataset_data(args.dataset)
-    else:
-        data = simulated_data(args.suite, args.placements, args.held_out, args.held_out_tasks)
+    data = study_data(args)
     heads = [h for h in learned_heads(data) if h in HEADS]
     log(data.source)
     priors = [int(p) for p in args.priors.split(",")]

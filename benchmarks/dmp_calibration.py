@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from dreamshard.costs.dmp import DmpBackend
 
 from dreamshard.costs.comm import Topology
-from dreamshard.costs.dmp import DmpBackend
 from dreamshard.costs.dmp_proxy import StepTerms, fit_step_model, step_terms
 from dreamshard.costs.types import PlacementCost
-from dreamshard.evaluation.rounds import geometric_mean, measure_interleaved
+from dreamshard.evaluation.rounds import geometric_mean, measure_costs
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split, split_problem
@@ -45,13 +45,11 @@ def kernels_of(cost: PlacementCost) -> np.ndarray:
 def measure_kernels(proxy, items: list, rounds: int, seed: int) -> tuple[np.ndarray, list]:
     """The proxy's overall costs [rounds, items] and each item's kernels per device (ms, the
     geometric mean over rounds), in interleaved rounds."""
-    found: dict[int, list[np.ndarray]] = {}
-
-    def keep(_round: int, item: int, cost: PlacementCost) -> None:
-        found.setdefault(item, []).append(kernels_of(cost))
-
-    costs = measure_interleaved(proxy, items, rounds, seed=seed, on_measure=keep)
-    return costs, [geometric_mean(np.array(found[i])) for i in range(len(items))]
+    costs = measure_costs(proxy, items, rounds, seed)
+    kernels = [
+        geometric_mean(np.array([kernels_of(row[i]) for row in costs])) for i in range(len(items))
+    ]
+    return np.array([[c.overall for c in row] for row in costs]), kernels
 
 
 def split_plan(task: PlacementTask, base: Placement, cut: dict[str, str], name: str) -> Placement:

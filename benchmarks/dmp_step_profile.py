@@ -2,10 +2,10 @@
 
     torchrun --nproc_per_node D benchmarks/dmp_step_profile.py --job job.json --out result.json
 
-The job is a `dmp` backend job (`dreamshard/costs/dmp.py`) with the plans' names beside it.
-Each rank builds each plan's training model exactly as `gpu_tasks/dmp_step.py` does, runs the
-job's warm-up steps, then profiles its timed steps with the PyTorch profiler (CPU), and reports
-the self CPU time per step of every operator, grouped by `CATEGORIES`.
+The job is a `dmp` backend job (`dreamshard/integrations/dmp_backend.py`) with the plans' names
+beside it. Each rank builds each plan's training model exactly as `gpu_tasks/dmp_step.py`
+does, runs the job's warm-up steps, then profiles its timed steps with the PyTorch profiler
+(CPU), and reports the self CPU time per step of every operator, grouped by `CATEGORIES`.
 """
 
 from __future__ import annotations

@@ -27,28 +27,31 @@ minutes of wall time on 2 cores, as busy as other jobs make them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.collect import Job, collect, collection_jobs
-from dreamshard.costs.dataset import CostDataset, hardware, versions
-from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.files import write_json_atomic, write_text_atomic
-from dreamshard.learn.costnet import DEVICE_TERMS
-from dreamshard.learn.costnet_data import Example, load_examples, mask_features
+from dreamshard.evaluation.costnet_study import (
+    HEADS,
+    StudyData,
+    dataset_data,
+    learned_heads,
+    modeled_comm,
+    simulated_data,
+    study_config,
+)
+from dreamshard.evaluation.ratio_tables import paired_change
+from dreamshard.evaluation.report_files import write_report
+from dreamshard.learn.costnet_data import mask_features
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
 from dreamshard.learn.train import fresh_state
 from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
-from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -57,7 +60,6 @@ from dreamshard.tables.table import NUM_BINS
 
 RESULTS = Path(__file__).parent / "results" / "feature_ablation.md"
 FORMAT = "dreamshard-feature-ablation"  # dashboard/frames.py reads files of this format
-HEADS = (*DEVICE_TERMS, "overall")
 GROUPS = {
     "dim": ("dim",),
     "rows/size": ("rows", "size"),
@@ -67,80 +69,8 @@ GROUPS = {
 FULL = "none (all 21 features)"
 
 
-@dataclass
-class StudyData:
-    """Labelled placements to fit on and to score on, and how they were made."""
-
-    train: list[Example]
-    held_out: list[Example]
-    config: dict  # the backend settings of the costs
-    hardware: str  # where the costs were measured, in words
-    source: str  # how the data was made, in words
-
-
 def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def simulated_data(suite_name: str, placements: int, held_out: int, tasks: int) -> StudyData:
-    """The warm start's mix on the suite's training tasks, and on `tasks` test tasks."""
-    suite = make_suite(parse_suite_name(suite_name, num_test_tasks=tasks))
-    backend = SimulatedBackend()
-    dataset = CostDataset(state_dir() / "feature_ablation" / "costs.sqlite")
-    log(f"labelling {placements} + {held_out} placements of {suite_name} (simulated backend)")
-    train_jobs = list(collection_jobs(suite, placements))
-    # the same mix on the test tasks: a suite whose training tasks are its test tasks
-    test_jobs = list(collection_jobs(replace(suite, train_tasks=suite.test_tasks), held_out))
-    collect(train_jobs + test_jobs, backend, dataset, suite_name)
-    stored = {(e.task, tuple(e.devices)): e for e in load_examples(dataset, backend.config())}
-    train = [stored[key] for key in job_keys(train_jobs) if key in stored]
-    test = [stored[key] for key in job_keys(test_jobs) if key in stored]
-    return StudyData(
-        train,
-        test,
-        backend.config(),
-        f"none (simulated costs; networks fitted on {hardware()})",
-        f"simulated here: {len(train)} heuristic and random placements of {suite_name}'s "
-        f"{len(suite.train_tasks)} training tasks; held out: {len(test)} placements of "
-        f"{len(suite.test_tasks)} of its test tasks (tables the training tasks never hold)",
-    )
-
-
-def job_keys(jobs: list[Job]) -> list[tuple[str, tuple[int, ...]]]:
-    return [(job.task.name, job.placement.devices) for job in jobs]
-
-
-def dataset_data(path: str) -> StudyData:
-    """An existing cost dataset: its most common backend settings; test tasks held out."""
-    if not Path(path).exists():
-        raise DreamshardError(f"no cost dataset at {path}")
-    rows = CostDataset(path).rows(status="ok")
-    if not rows:
-        raise DreamshardError(f"{path} holds no successful measurement")
-    config_text, _ = Counter(row["config"] for row in rows).most_common(1)[0]
-    where = Counter(row["hardware"] for row in rows if row["config"] == config_text)
-    examples = load_examples(CostDataset(path), json.loads(config_text))
-    tasks = sorted({e.task for e in examples})
-    held = {t for t in tasks if "/test/" in t}
-    rule = "its test tasks"
-    if not held or len(held) == len(tasks):
-        held = set(tasks[4::5])
-        rule = "every fifth task by name"
-    train = [e for e in examples if e.task not in held]
-    test = [e for e in examples if e.task in held]
-    if len(train) < 5 or len(test) < 3:
-        raise DreamshardError(
-            f"{path}: {len(train)} training and {len(test)} held-out measurements on one "
-            "backend setting; the study needs at least 5 and 3"
-        )
-    return StudyData(
-        train,
-        test,
-        json.loads(config_text),
-        where.most_common(1)[0][0],
-        f"{path}: {len(train)} placements of {len(tasks) - len(held)} tasks; held out "
-        f"({rule}): {len(test)} placements of {len(held)} tasks",
-    )
 
 
 def removals() -> list[tuple[str, str, tuple[str, ...]]]:
@@ -151,30 +81,11 @@ def removals() -> list[tuple[str, str, tuple[str, ...]]]:
     return rows
 
 
-def train_config(data: StudyData, seed: int, steps: int, loss: str) -> TrainConfig:
-    """The fit's settings: the project's defaults, one iteration, the data's backend (which
-    says whether the network learns communication or takes it from the topology model)."""
-    backend = data.config.get("backend", "simulated")
-    return TrainConfig(
-        backend=backend, seed=seed, costnet_steps=steps, iterations=1, costnet_loss=loss
-    )
-
-
-def modeled_comm(data: StudyData) -> dict | None:
-    """The topology model a network fitted on this data takes the all-to-all from (its
-    bwd_comm is then exact by construction, not learned), or None when it learns it."""
-    return getattr(fresh_state(train_config(data, 0, 1, "mse")).costnet, "comm", None)
-
-
-def learned_heads(data: StudyData) -> tuple[str, ...]:
-    return tuple(h for h in HEADS if not (h == "bwd_comm" and modeled_comm(data)))
-
-
 def fit_and_score(
     data: StudyData, removed: tuple[str, ...], seed: int, steps: int, loss: str
 ) -> dict:
     """A fresh cost network fitted without `removed`; its held-out errors."""
-    config = train_config(data, seed, steps, loss)
+    config = study_config(data, seed, steps, loss)
     state = fresh_state(config)
     fit_costnet(state, config, mask_features(data.train, removed))
     held_out = mask_features(data.held_out, removed)
@@ -182,20 +93,6 @@ def fit_and_score(
     spearman, tasks = spearman_within_tasks(state.costnet, held_out)
     scores = {f"{head}_mape": errors[f"{head}_mape"] for head in HEADS}
     return {**scores, "spearman": spearman, "spearman_tasks": tasks}
-
-
-def summary(values: list[float], full: list[float], ratio: bool) -> dict:
-    """Mean and range over seeds; the change vs the full network, paired by seed."""
-    change = np.array(values) / np.array(full) if ratio else np.array(values) - np.array(full)
-    mean_change = float(np.exp(np.log(change).mean())) if ratio else float(change.mean())
-    return {
-        "mean": float(np.mean(values)),
-        "min": float(np.min(values)),
-        "max": float(np.max(values)),
-        "change": mean_change,
-        "change_min": float(change.min()),
-        "change_max": float(change.max()),
-    }
 
 
 def zero_features(data: StudyData) -> set[str]:
@@ -227,12 +124,12 @@ def study(
     for label, kind, features in plan:
         runs = fitted[masked[features]]
         stats = {
-            f"{head}_mape": summary(
+            f"{head}_mape": paired_change(
                 [r[f"{head}_mape"] for r in runs], [r[f"{head}_mape"] for r in full], ratio=True
             )
             for head in heads
         }
-        stats["spearman"] = summary(
+        stats["spearman"] = paired_change(
             [r["spearman"] for r in runs], [r["spearman"] for r in full], ratio=False
         )
         rows.append(
@@ -319,7 +216,7 @@ def header(
         "placements (per device for each learned device head, empty devices left out; "
         "overall: the cost composed from the device heads); Spearman: the overall cost's rank "
         f"correlation across the held-out placements of one task, mean over "
-        f"{data_tasks(data)} tasks. Host {hardware()}; {versions()}. Wall time "
+        f"{data.spearman_tasks()} tasks. Host {hardware()}; {versions()}. Wall time "
         f"{runtime_s / 60:.1f} min ({cpu_s / 60:.1f} min of CPU). Command: "
         f"`{' '.join(['.venv/bin/python benchmarks/feature_ablation.py', *argv])}`."
     )
@@ -347,14 +244,8 @@ def zero_note(data: StudyData) -> str:
     )
 
 
-def data_tasks(data: StudyData) -> int:
-    counts = Counter(e.task for e in data.held_out)
-    return sum(1 for n in counts.values() if n >= 3)
-
-
-def write_results(results: dict, md_path: Path) -> tuple[Path, Path]:
-    """The markdown report at `md_path` and the JSON beside it (same name), written atomically."""
-    markdown = "\n\n".join(
+def markdown(results: dict) -> str:
+    return "\n\n".join(
         [
             f"# The cost network's features (the paper's RQ4), {results['created']}",
             results["note"],
@@ -367,10 +258,17 @@ def write_results(results: dict, md_path: Path) -> tuple[Path, Path]:
             + "\n```",
         ]
     )
-    json_path = md_path.with_suffix(".json")
-    write_text_atomic(md_path, markdown + "\n")
-    write_json_atomic(json_path, results)
-    return md_path, json_path
+
+
+def study_data(args: argparse.Namespace) -> StudyData:
+    """`--dataset`'s costs, or the simulated study set, kept in the state folder (a re-run
+    measures nothing)."""
+    if args.dataset:
+        return dataset_data(args.dataset)
+    costs = state_dir() / "feature_ablation" / "costs.sqlite"
+    return simulated_data(
+        args.suite, args.placements, args.held_out, args.held_out_tasks, costs, log
+    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -424,10 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began, began_cpu = time.monotonic(), time.process_time()
-    if args.dataset:
-        data = dataset_data(args.dataset)
-    else:
-        data = simulated_data(args.suite, args.placements, args.held_out, args.held_out_tasks)
+    data = study_data(args)
     seeds = list(range(args.seeds))
     log(f"{data.source}; {len(seeds)} seeds")
     comm, heads = modeled_comm(data), learned_heads(data)
@@ -449,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
             "held_out_placements": len(data.held_out),
             "train_tasks": len({e.task for e in data.train}),
             "held_out_tasks": len({e.task for e in data.held_out}),
-            "spearman_tasks": data_tasks(data),
+            "spearman_tasks": data.spearman_tasks(),
         },
         "training": {
             "seeds": seeds,
@@ -466,8 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
         + comm_note(comm),
     }
     print(results["note"] + "\n\n" + results["headline"] + "\n\n" + table(rows, list(heads)))
-    for path in write_results(results, Path(args.out)):
-        print(f"wrote {path}")
+    write_report(args.out, markdown(results), results)
     print(f"feature study took {runtime_s / 60:.1f} min ({cpu_s / 60:.1f} min of CPU)")
     return results
 

@@ -25,52 +25,48 @@ Writes benchmarks/results/learning_headroom.md.
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from dreamshard.methods import named_planner, place
 from scipy import stats
 
 from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.evaluation.best_known import search_reference
 from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.ratio_tables import interval_cell, reference_rows
+from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
-from dreamshard.files import write_text_atomic
+from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import fast_rollout
-from dreamshard.learn.train import train
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig
-from dreamshard.methods import named_planner, place
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
 from dreamshard.planners.milp import MilpResult
-from dreamshard.planners.milp_simulated import solve_simulated_milp
-from dreamshard.planners.search import analytic_scorer, local_search
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
 
 RESULTS = Path(__file__).parent / "results" / "learning_headroom.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
 COLUMNS = ("policy greedy", "dreamshard", "dreamshard_search", "search_analytic")
+HEADLINE = " | ".join(["suite", *COLUMNS, "dreamshard vs reference", "floor", "Spearman"])
 
 
 def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
     if args.model:
         model = load_model(args.model)
-        return model, f"{args.model} (trained on {model.metadata.get('suite', '?')})"
-    out = state_dir() / "learning_headroom" / "model"
-    shutil.rmtree(out, ignore_errors=True)  # trained by this run, not resumed from an older one
-    start = time.monotonic()
+        return model, f"{args.model} ({trained_on(model)})"
     config = TrainConfig(
         suite="cpu-50x4",
         backend="simulated",
-        out=str(out),
+        out=str(state_dir() / "learning_headroom" / "model"),
         seed=args.seed,
         warm_start=args.warm_start,
         costnet_steps=args.costnet_steps,
@@ -79,43 +75,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         lookahead=args.lookahead,
         warm_start_devices=tuple(int(d) for d in args.warm_start_devices.split(",") if d),
     )
-    model = train(config, log=log)
-    devices = ",".join(map(str, config.warm_start_devices)) or "the suite's"
-    return model, (
-        f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations "
-        f"of {config.placements_per_iteration} placements, warm start {config.warm_start} "
-        f"heuristic and random placements, {config.costnet_steps} cost-net steps per "
-        f"iteration, {config.costnet_loss} loss, {config.costnet_encoder} encoder, "
-        f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, "
-        f"warm start on {devices} devices, seed {config.seed}; "
-        f"{time.monotonic() - start:.0f} s)"
-    )
-
-
-def search_reference(
-    backend: SimulatedBackend,
-    model: DreamShardModel,
-    seconds: float,
-    milp_seconds: float,
-    milps: dict[str, MilpResult],
-):
-    """Local search scored by the backend from several starts, and the MILP's placement (its
-    result kept in `milps` by task); the best of them."""
-
-    def plan(task: PlacementTask, seed: int) -> Placement:
-        score = analytic_scorer(task, backend)
-        starts = [greedy_place(task, key) for key in HEURISTIC_KEYS]
-        starts.append(place(task, "dreamshard", seed, model=model, split="none"))
-        found = [local_search(task, s, score, seconds, seed=seed) for s in starts]
-        best = min(found, key=lambda r: r.cost)
-        placement, cost = best.placement, best.cost
-        if milp_seconds > 0:
-            milps[task.name] = exact = solve_simulated_milp(task, backend, milp_seconds)
-            if exact.placement is not None and exact.objective < cost:
-                placement = exact.placement
-        return Placement(placement.devices, "search_reference")
-
-    return plan
+    return train_for_run(config, log)
 
 
 def planners_for(
@@ -150,39 +110,32 @@ def ranking(model: DreamShardModel, backend: SimulatedBackend, task: PlacementTa
     return float(stats.spearmanr(predicted_overall(model, task, unique), exact).statistic)
 
 
-def cell(ratios: np.ndarray) -> str:
-    low, high = bootstrap_interval(ratios)
-    return f"{geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}]"
-
-
 def suite_rows(
     evaluation: Evaluation, rhos: list[float], milps: dict[str, MilpResult]
 ) -> tuple[list[list], dict]:
-    vs_best = evaluation.ratios("per_task_best_heuristic")
-    vs_reference = evaluation.ratios("search_reference")
-    rows, figures = [], {}
-    for name in COLUMNS:
-        j = evaluation.planners.index(name)
-        figures[name] = (geometric_mean(vs_best[:, j]), geometric_mean(vs_reference[:, j]))
-        rows.append([name, cell(vs_best[:, j]), cell(vs_reference[:, j])])
+    references = ("per_task_best_heuristic", "search_reference")
+    ratios = [evaluation.ratios(reference) for reference in references]
+    rows = reference_rows(evaluation, references, COLUMNS)
     j = evaluation.planners.index("search_reference")
-    rows.append(["search_reference", cell(vs_best[:, j]), "1"])
+    rows.append(["search_reference", interval_cell(ratios[0][:, j]), "1"])
+    figures = {
+        name: tuple(geometric_mean(r[:, evaluation.planners.index(name)]) for r in ratios)
+        for name in COLUMNS
+    }
     figures["floor"] = None
     bounds = np.array(
         [milps[t.name].bound if t.name in milps else np.nan for t in evaluation.tasks]
     )
     if not np.isnan(bounds).any():
-        best = evaluation.reference_costs("per_task_best_heuristic")[0]
-        reference = evaluation.reference_costs("search_reference")[0]
-        figures["floor"] = geometric_mean(bounds / best)
-        rows.append(["floor (MILP's proven bound)", cell(bounds / best), cell(bounds / reference)])
-    picked = evaluation.picked(evaluation.planners.index("dreamshard"))
+        floors = [bounds / evaluation.reference_costs(r)[0] for r in references]
+        figures["floor"] = geometric_mean(floors[0])
+        rows.append(["floor (MILP's proven bound)", *map(interval_cell, floors)])
     figures["spearman"] = float(np.mean(rhos))
-    figures["picked"] = picked
+    figures["picked"] = evaluation.picked(evaluation.planners.index("dreamshard"))
     return rows, figures
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a trained model (default: train one on cpu-50x4)")
     parser.add_argument("--suites", default=SUITES)
@@ -227,7 +180,11 @@ def main(argv: list[str] | None = None) -> str:
         help="train the paper's policy, without the one-step lookahead (when no --model)",
     )
     parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began = time.monotonic()
     model, model_note = model_for(args, log=lambda line: print(line, flush=True))
@@ -261,7 +218,7 @@ def main(argv: list[str] | None = None) -> str:
     report = "\n\n".join(
         [
             f"# Learning headroom on exact costs ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}. Costs: {describe_costs(backend.config())}; "
+            f"{host_note()}. Costs: {describe_costs(backend.config())}; "
             f"one round (exact). Model: {model_note}. {args.tasks} held-out tasks per suite; "
             f"search reference: local search scored by the backend from the 4 heuristics' and "
             f"the default planner's placements, {args.reference_seconds:g} s each, and the "
@@ -272,28 +229,11 @@ def main(argv: list[str] | None = None) -> str:
             f"Wall time {(time.monotonic() - began) / 60:.1f} min. Command: "
             f"`benchmarks/learning_headroom.py {' '.join(argv or [])}`.",
             "## Headline: vs the per-task best heuristic, and the default planner vs the search "
-            "reference\n\n```\n"
-            + format_table(
-                [
-                    "suite",
-                    "policy greedy",
-                    "dreamshard",
-                    "dreamshard_search",
-                    "search_analytic",
-                    "dreamshard vs reference",
-                    "floor",
-                    "Spearman",
-                ],
-                headline,
-            )
-            + "\n```",
+            "reference\n\n" + fenced_table(HEADLINE, headline),
             *sections,
         ]
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report + "\n")
-    print(f"wrote {out}")
+    write_report(args.out, report)
     return report
 
 

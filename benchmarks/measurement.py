@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from dreamshard.methods import place
+from gpu_tasks.tbe import GroupInput, time_groups
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
@@ -26,20 +28,25 @@ from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import NOMINAL_MS, REFERENCE_VERSION, normalised
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.rounds import cv, measure_interleaved, paired_ratios
+from dreamshard.costs.types import PlacementCost
+from dreamshard.evaluation.rounds import cv, measure_costs, paired_ratios
 from dreamshard.files import write_json_atomic, write_text_atomic
-from dreamshard.methods import place
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.traces import concat_traces
-from gpu_tasks.tbe import GroupInput, time_groups
 
 RESULTS = Path(__file__).parent / "results" / "measurement.md"
 # The drift section's labels of run A, kept for the next invocation to compare with.
 LABELS_FILE = RESULTS.with_name("measurement_labels.json")
-SECTIONS = ("overhead", "repeatability", "drift", "fusion", "simulated")
+SECTIONS = {  # the sections, in report order, and their titles
+    "overhead": "Overhead: wall time per placement vs time inside timed kernels",
+    "repeatability": "Repeatability: each placement measured in interleaved rounds",
+    "drift": "Labels across separate runs: raw vs normalised by the reference group",
+    "fusion": "Fusion on this CPU: one fused kernel vs its tables' kernels, timed interleaved",
+    "simulated": "Simulated backend vs fresh real measurements",
+}
 TARGET = 0.03  # a placement's overall cost repeats within 3% between runs (issue 12)
 # Another user's job on the other core, in two kinds: one that streams memory (2 x 128 MiB,
 # four times the last-level cache) and one that computes in its own cache.
@@ -55,7 +62,7 @@ LOADS = {
 }
 
 
-def overhead(backend, items) -> tuple[str, float]:
+def overhead(backend, items) -> str:
     """Wall time vs time in the placement's timed kernels; the reference group's kernels
     (timed alongside, docs/measurement.md) are counted apart."""
     rows, walls, kernels, references = [], [], [], []
@@ -77,14 +84,14 @@ def overhead(backend, items) -> tuple[str, float]:
             ]
         )
     share = 1 - (sum(kernels) + sum(references)) / sum(walls)
-    headers = ["task", "planner", "wall ms", "in timed kernels ms", "reference ms", "overhead"]
-    return format_table(headers, rows) + (
+    columns = "task | planner | wall ms | in timed kernels ms | reference ms | overhead"
+    return format_table(columns.split(" | "), rows) + (
         f"\n\noverall overhead: {share:.1%} of wall time (target < 30%); the reference group's "
         f"timed kernels: {sum(references) / sum(walls):.1%} of wall time"
-    ), share
+    )
 
 
-def repeatability(backend, items, rounds: int) -> tuple[str, float]:
+def repeatability(backend, items, rounds: int) -> str:
     costs, norm, _, _ = measure_run(backend, items, rounds, seed=1)
     reference = costs.mean(axis=1)  # each round's mean over placements
     ratios = paired_ratios(costs, reference)
@@ -100,78 +107,61 @@ def repeatability(backend, items, rounds: int) -> tuple[str, float]:
         for i, (task, p) in enumerate(items)
     ]
     median_cv = float(np.median(cv(costs)))
-    headers = ["task", "planner", "mean ms", "cv of cost", "cv normalised", "cv of paired ratio"]
+    columns = "task | planner | mean ms | cv of cost | cv normalised | cv of paired ratio"
     return (
-        format_table(headers, rows)
+        format_table(columns.split(" | "), rows)
         + f"\n\n{rounds} interleaved rounds; median cv of the overall cost {median_cv:.1%} "
         f"(target < 5%), normalised by the reference {float(np.median(cv(norm))):.1%}; median "
         f"cv of the ratio to the round's mean {float(np.median(cv(ratios))):.1%}"
-    ), median_cv
+    )
 
 
 def measure_run(backend, items, rounds: int, seed: int):
     """One run of interleaved rounds: raw and normalised overall costs [rounds, items], the
-    reference's milliseconds of every measurement, and every measurement's per-device compute
-    with its reference's forward, backward and total times (for `term_drift`)."""
-    norm = np.zeros((rounds, len(items)))
-    terms: list[dict] = []
-
-    def keep(r: int, i: int, cost) -> None:
-        norm[r, i] = normalised(cost).overall
-        terms.append(
-            {
-                "item": i,
-                "fwd": np.array([d.fwd_comp for d in cost.devices]),
-                "bwd": np.array([d.bwd_comp for d in cost.devices]),
-                "reference": cost.info["reference_ms"],
-                "reference_fwd": cost.info.get("reference_fwd_ms"),
-                "reference_bwd": cost.info.get("reference_bwd_ms"),
-            }
-        )
-
-    raw = measure_interleaved(backend, items, rounds, seed=seed, on_measure=keep)
-    return raw, norm, np.array([m["reference"] for m in terms]), terms
+    reference's milliseconds of every measurement, and the full costs [round][item] (for
+    `term_drift`)."""
+    costs = measure_costs(backend, items, rounds, seed)
+    raw = np.array([[c.overall for c in row] for row in costs])
+    norm = np.array([[normalised(c).overall for c in row] for row in costs])
+    return raw, norm, np.array([c.info["reference_ms"] for row in costs for c in row]), costs
 
 
 # How a device's compute terms are normalised in `term_drift`: the factors of its forward and
 # backward, from its measurement's reference (units cancel: runs are compared by ratio).
 TERM_FACTORS = {
-    "raw": lambda m: (1.0, 1.0),
-    "one factor": lambda m: (1 / m["reference"], 1 / m["reference"]),
-    "per term": lambda m: (1 / m["reference_fwd"], 1 / m["reference_bwd"]),
-    "fwd one, bwd own": lambda m: (1 / m["reference"], 1 / m["reference_bwd"]),
+    "raw": lambda info: (1.0, 1.0),
+    "one factor": lambda info: (1 / info["reference_ms"], 1 / info["reference_ms"]),
+    "per term": lambda info: (1 / info["reference_fwd_ms"], 1 / info["reference_bwd_ms"]),
+    "fwd one, bwd own": lambda info: (1 / info["reference_ms"], 1 / info["reference_bwd_ms"]),
 }
 
 
-def term_labels(terms: list[dict], count: int, how) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per item, its devices' fwd_comp and bwd_comp labels: medians over the run's rounds of
+def term_labels(costs: list[list[PlacementCost]], how) -> list[np.ndarray]:
+    """Per item, its devices' [fwd_comp, bwd_comp] labels: medians over the run's rounds of
     the terms scaled by `how`'s factors."""
-    labels = []
-    for i in range(count):
-        mine = [m for m in terms if m["item"] == i]
-        fwd = np.median([m["fwd"] * how(m)[0] for m in mine], axis=0)
-        bwd = np.median([m["bwd"] * how(m)[1] for m in mine], axis=0)
-        labels.append((fwd, bwd))
-    return labels
+
+    def scaled(cost: PlacementCost) -> np.ndarray:
+        return np.array([[d.fwd_comp, d.bwd_comp] for d in cost.devices]) * how(cost.info)
+
+    return [np.median([scaled(row[i]) for row in costs], axis=0) for i in range(len(costs[0]))]
 
 
-def term_drift(runs: dict[str, list[dict]], count: int) -> str:
+def term_drift(runs: dict[str, list[list[PlacementCost]]]) -> str:
     """How far each device's fwd_comp and bwd_comp labels of the later runs are from run A's,
     raw and under each way of normalising them (`TERM_FACTORS`): median |log ratio| over the
     devices of the placements (devices without tables left out)."""
     first, *later = runs
-    if any(m["reference_fwd"] is None for run in runs.values() for m in run):
+    if any("reference_fwd_ms" not in c.info for run in runs.values() for row in run for c in row):
         return "(the reference's forward and backward times were not recorded)"
     rows = []
     for name, how in TERM_FACTORS.items():
-        base = term_labels(runs[first], count, how)
+        base = term_labels(runs[first], how)
         row = [name]
         for run in later:
-            other = term_labels(runs[run], count, how)
+            other = term_labels(runs[run], how)
             for t in (0, 1):
-                errors = np.concatenate(
-                    [np.abs(np.log(o[t][b[t] > 0] / b[t][b[t] > 0])) for o, b in zip(other, base)]
-                )
+                pairs = [(o[:, t], b[:, t]) for o, b in zip(other, base)]
+                errors = np.concatenate([np.abs(np.log(o[b > 0] / b[b > 0])) for o, b in pairs])
                 row.append(f"{np.median(errors):.1%}")
         rows.append(row)
     header = ["normalised"] + [f"{run}/{first} {term}" for run in later for term in ("fwd", "bwd")]
@@ -243,7 +233,7 @@ def previous_labels(items):
     return (raw, norm), stored["when"]
 
 
-def drift(backend, items, rounds: int, load: int) -> tuple[str, dict]:
+def drift(backend, items, rounds: int, load: int) -> str:
     """The same placements in separate runs (quiet, under each kind of background load, quiet
     again minutes later, and run A of the previous invocation when one stored its labels),
     each compared with the first. Each run holds the host's lock throughout, so nobody else
@@ -280,11 +270,10 @@ def drift(backend, items, rounds: int, load: int) -> tuple[str, dict]:
     table = format_table(
         ["task", "planner", f"{first} raw ms"] + [f"{pair} {kind}" for pair, kind in ratios], rows
     )
-    lines, summary = [], {}
+    lines = []
     for (pair, kind), ratio in ratios.items():
         error = np.abs(np.log(ratio))
         within = int((error <= np.log1p(TARGET)).sum())
-        summary[(pair, kind)] = (float(np.median(error)), float(error.max()))
         lines.append(
             f"{pair} {kind:>4}: geometric mean {np.exp(np.log(ratio).mean()):.3f}, median |log "
             f"ratio| {np.median(error):.1%}, max {error.max():.1%}; within {TARGET:.0%}: "
@@ -294,9 +283,9 @@ def drift(backend, items, rounds: int, load: int) -> tuple[str, dict]:
         "Per-device compute labels (medians over a run's rounds) against run A's, median |log "
         "ratio| over the devices: raw, normalised by the reference's total (what "
         "`normalised` does), each term by the reference's own term, or forward by the total "
-        "and backward by the reference's backward:\n\n" + term_drift(terms, len(items))
+        "and backward by the reference's backward:\n\n" + term_drift(terms)
     )
-    return "\n".join([table, "", *notes, "", *lines, "", per_term]), summary
+    return "\n".join([table, "", *notes, "", *lines, "", per_term])
 
 
 def fusion(timing) -> str:
@@ -324,7 +313,7 @@ def _group_input(tables) -> GroupInput:
     return GroupInput([t.rows for t in tables], [t.dim for t in tables], indices, offsets)
 
 
-def simulated_error(backend, items) -> tuple[str, float]:
+def simulated_error(backend, items) -> str:
     simulated = SimulatedBackend()
     errors, rows = [], []
     for task, placement in items:
@@ -334,21 +323,14 @@ def simulated_error(backend, items) -> tuple[str, float]:
             measured, predicted = r.fwd_comp + r.bwd_comp, s.fwd_comp + s.bwd_comp
             if measured > 0:
                 errors.append(abs(predicted / measured - 1))
-        rows.append(
-            [
-                task.name,
-                placement.method,
-                real.overall,
-                sim.overall,
-                f"{sim.overall / real.overall - 1:+.1%}",
-            ]
-        )
+        error = f"{sim.overall / real.overall - 1:+.1%}"
+        rows.append([task.name, placement.method, real.overall, sim.overall, error])
     median = float(np.median(errors))
     table = format_table(["task", "planner", "measured ms", "simulated ms", "error"], rows)
     return table + (
         f"\n\nper-device fused-kernel cost (fwd+bwd), {len(errors)} groups on test tasks the "
         f"calibration never saw: median error {median:.1%} (target < 10%)"
-    ), median
+    )
 
 
 def main() -> None:
@@ -382,34 +364,19 @@ def main() -> None:
     backend = FbgemmBackend()
     backend.measure(*items[0])  # load fbgemm and fill the trace cache outside every figure
     runs = {
-        "overhead": (
-            "Overhead: wall time per placement vs time inside timed kernels",
-            lambda: overhead(backend, items)[0],
-        ),
-        "repeatability": (
-            "Repeatability: each placement measured in interleaved rounds",
-            lambda: repeatability(backend, items[:4], args.rounds)[0],
-        ),
-        "drift": (
-            "Labels across separate runs: raw vs normalised by the reference group",
-            lambda: drift(backend, drift_items, args.drift_rounds, args.load)[0],
-        ),
-        "fusion": (
-            "Fusion on this CPU: one fused kernel vs its tables' kernels, timed interleaved",
-            lambda: fusion(backend.timing),
-        ),
-        "simulated": (
-            "Simulated backend vs fresh real measurements",
-            lambda: simulated_error(backend, items)[0],
-        ),
+        "overhead": lambda: overhead(backend, items),
+        "repeatability": lambda: repeatability(backend, items[:4], args.rounds),
+        "drift": lambda: drift(backend, drift_items, args.drift_rounds, args.load),
+        "fusion": lambda: fusion(backend.timing),
+        "simulated": lambda: simulated_error(backend, items),
     }
     sections = []
-    for key in (k for k in SECTIONS if k in args.sections):
-        title, run = runs[key]
-        print(f"\n## {title}", flush=True)
-        text = run()
-        print(text, flush=True)
-        sections.append(f"## {title}\n\n```\n{text}\n```")
+    for key, title in SECTIONS.items():
+        if key in args.sections:
+            print(f"\n## {title}", flush=True)
+            text = runs[key]()
+            print(text, flush=True)
+            sections.append(f"## {title}\n\n```\n{text}\n```")
     command = " ".join(["benchmarks/measurement.py", *map(shlex.quote, sys.argv[1:])])
     header = [
         f"# Measurement quality ({time.strftime('%Y-%m-%d')})",

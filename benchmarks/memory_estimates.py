@@ -17,10 +17,11 @@ import argparse
 import time
 from pathlib import Path
 
+from dreamshard.planners.torchrec_planner import quiet_torchrec, torchrec_request
+
 from dreamshard.files import write_text_atomic
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import PlacementTask
-from dreamshard.planners.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.report import format_bytes, format_table
 
 RESULTS = Path(__file__).parent / "results" / "memory_estimates.md"
@@ -84,16 +85,11 @@ def main() -> None:
                     f"{min(ratios):.2f}-{max(ratios):.2f}",
                 ]
             )
-        header = [
-            "optimizer",
-            "weights",
-            "state (ours, fp32)",
-            "state (TorchRec)",
-            "inputs+outputs (TorchRec)",
-            "ours in all",
-            "TorchRec in all",
-            "ours / TorchRec's weights+state, per table",
-        ]
+        header = (
+            "optimizer | weights | state (ours, fp32) | state (TorchRec) | "
+            "inputs+outputs (TorchRec) | ours in all | TorchRec in all | "
+            "ours / TorchRec's weights+state, per table"
+        ).split(" | ")
         sections.append(
             f"### {base.name}: {len(base.tables)} tables, {base.precision}, TorchRec batch "
             f"{torchrec_request(base, reserve=False).batch_size} per rank on "

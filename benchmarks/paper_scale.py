@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -36,24 +35,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from dreamshard.methods import named_planner, resolve_model
 from planning_speed import SLACK, capped_task, scale_task, timed
 
 from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.balance import costliest_table_ms
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
+from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.ratio_tables import interval_cell
+from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
-from dreamshard.files import write_text_atomic
 from dreamshard.learn.coverage import outside_training
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import named_planner, resolve_model
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import parse_suite_name, split_pool
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.planners.search import search_analytic_place
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -81,33 +80,18 @@ def paper_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[Placeme
 def model_for(args: argparse.Namespace) -> tuple[DreamShardModel, str]:
     if args.model:
         model = resolve_model(args.model)
-        backend = model.metadata.get("backend", {})
-        return model, (
-            f"{args.model} (trained on {model.metadata.get('suite', '?')}, "
-            f"{backend.get('backend', '?')} backend, {backend.get('topology', '?')} topology)"
-        )
-    out = state_dir() / "paper_scale" / "model"
-    shutil.rmtree(out, ignore_errors=True)  # trained by this run, not resumed from an older one
-    start = time.monotonic()
+        return model, f"{args.model} ({trained_on(model)})"
     config = TrainConfig(
         suite=args.train_suite,
         backend="simulated",
         topology=TOPOLOGY,
-        out=str(out),
+        out=str(state_dir() / "paper_scale" / "model"),
         seed=args.seed,
         warm_start=args.warm_start,
         costnet_steps=args.costnet_steps,
     )
-    model = train(config, log=say)
-    return model, (
-        f"trained by this run on {config.suite} (training half of pool seed 0), simulated "
-        f"backend, {TOPOLOGY} topology: warm start {config.warm_start} heuristic and random "
-        f"placements, {config.iterations} iterations of {config.placements_per_iteration} "
-        f"placements, {config.costnet_steps} cost-net steps per iteration, "
-        f"{config.policy_updates} policy updates of {config.episodes} episodes, "
-        f"{config.costnet_loss} loss, {config.costnet_encoder} cost-network design, "
-        f"seed {config.seed}; {time.monotonic() - start:.0f} s"
-    )
+    model, note = train_for_run(config, say)
+    return model, f"{note} (training half of pool seed 0)"
 
 
 def planners_for(model: DreamShardModel, backend: SimulatedBackend, torchrec: bool) -> dict:
@@ -125,33 +109,14 @@ def planners_for(model: DreamShardModel, backend: SimulatedBackend, torchrec: bo
     return planners
 
 
-def costliest_table_ms(task: PlacementTask, backend: SimulatedBackend) -> float:
-    """The costliest table's own cost, alone on one device (no exchange). The analytic model's
-    device terms only grow as tables join a device, and the exchange only adds, so no
-    table-wise placement of the task costs less: a floor."""
-    alone = [PlacementTask((t,), 1, task.memory_cap_bytes, task.precision) for t in task.tables]
-    return max(backend.measure(one, Placement((0,))).overall for one in alone)
-
-
-def cell(ratios: np.ndarray) -> str:
-    ratios = ratios[~np.isnan(ratios)]
-    if not ratios.size:
-        return "-"
-    low, high = bootstrap_interval(ratios)
-    return f"{geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}]"
-
-
 def device_sections(
     evaluation: Evaluation, backend: SimulatedBackend, model: DreamShardModel
 ) -> tuple[list[list], list[list], list[str]]:
     """Per device count: a headline row, a plan-time row and a section with every planner."""
     columns = [c for c in COLUMNS if c in evaluation.planners]
     headline, times, sections = [], [], []
-    counts = sorted({task.num_devices for task in evaluation.tasks})
-    for d in counts:
-        part = evaluation.subset(
-            [t for t, task in enumerate(evaluation.tasks) if task.num_devices == d]
-        )
+    parts = evaluation.groups([task.num_devices for task in evaluation.tasks])
+    for d, part in sorted(parts.items()):
         vs_best = part.ratios("per_task_best_heuristic")
         vs_strongest = part.ratios("strongest_heuristic")
         best_heuristic = part.reference_costs("per_task_best_heuristic").mean(axis=0)
@@ -162,9 +127,9 @@ def device_sections(
             [
                 label,
                 len(part.tasks),
-                cell(best_heuristic / floors),
-                *(cell(vs_best[:, part.planners.index(c)]) for c in columns),
-                f"{cell(vs_strongest[:, j])} ({part.strongest_heuristic()})",
+                interval_cell(best_heuristic / floors),
+                *(interval_cell(vs_best[:, part.planners.index(c)]) for c in columns),
+                f"{interval_cell(vs_strongest[:, j])} ({part.strongest_heuristic()})",
             ]
         )
         seconds = part.plan_seconds.mean(axis=0)
@@ -224,7 +189,7 @@ def numbers(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Writes benchmarks/results/paper_scale.md (or --out); progress on stderr.",
@@ -251,7 +216,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--no-torchrec", action="store_true", help="leave TorchRec's planner out")
     parser.add_argument("--speed-repeats", type=int, default=3, help="0: no speed section")
     parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began = time.monotonic()
     # NumPy's BLAS threads are not torch's: on a busy host they decide the planners' times
@@ -289,7 +258,7 @@ def main(argv: list[str] | None = None) -> str:
     report = "\n\n".join(
         [
             f"# The paper's scale on exact costs ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}. Costs: {describe_costs(backend.config())}; "
+            f"{host_note()}. Costs: {describe_costs(backend.config())}; "
             "exact, one round. Tasks: the test half (428 tables) of the `dlrm` pool for pool "
             f"seeds {','.join(map(str, args.pool_seeds))} on "
             f"{', '.join(map(str, args.devices))} devices, fp16, caps by planning_speed's rule "
@@ -313,30 +282,20 @@ def main(argv: list[str] | None = None) -> str:
             "## Headline: vs the per-task best heuristic\n\n"
             "'best heuristic / floor': the per-task best heuristic's cost over the costliest "
             "table alone on a device. Near 1, one table sets the step time and no table-wise "
-            "placement can do better.\n\n```\n"
-            + format_table(
-                [
-                    "devices",
-                    "tasks",
-                    "best heuristic / floor",
-                    *columns,
-                    "dreamshard vs strongest heuristic",
-                ],
+            "placement can do better.\n\n"
+            + fenced_table(
+                " | ".join(["devices | tasks | best heuristic / floor", *columns])
+                + " | dreamshard vs strongest heuristic",
                 headline,
-            )
-            + "\n```",
-            "## Plan time, mean seconds per task\n\n```\n"
-            + format_table(["devices", *columns], times)
-            + "\n```",
+            ),
+            "## Plan time, mean seconds per task\n\n"
+            + fenced_table(" | ".join(["devices", *columns]), times),
             *sections,
             *speed,
         ]
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report + "\n")
     print(report)
-    say(f"wrote {out}")
+    write_report(args.out, report)
     return report
 
 

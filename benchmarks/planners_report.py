@@ -7,24 +7,19 @@ strongest fixed heuristic, the per-task best heuristic and the best known placem
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import re
 import time
-from pathlib import Path
 
 import numpy as np
-from best_known import BEST_KNOWN
 
-from dreamshard.costs.dataset import hardware, versions
+from dreamshard.evaluation.best_known import BEST_KNOWN
+from dreamshard.evaluation.ratio_tables import range_cell, summarise
+from dreamshard.evaluation.report_files import fenced_table, host_note, torchrec_version
 from dreamshard.evaluation.results import REFERENCES, Evaluation
-from dreamshard.evaluation.rounds import geometric_mean
-from dreamshard.files import write_text_atomic
-from dreamshard.report import format_table
+from dreamshard.evaluation.rounds import bootstrap_paired
 
 REFINED = "dreamshard_refined"  # dreamshard's placement refined by measurement (`--refine`)
-LEVEL = 0.95  # of the bootstrap intervals
-RESAMPLES = 2000
+LEVEL, RESAMPLES = 0.95, 2000  # of the bootstrap intervals
 TARGETS = [  # issue 12's fbgemm targets: (planner, reference, at most)
     ("dreamshard", "strongest_heuristic", 0.92),
     ("dreamshard", "per_task_best_heuristic", 0.97),  # on every suite
@@ -38,26 +33,6 @@ SAYS = {
     "per_task_best_heuristic": "the per-task best heuristic",
     "best_known": "the best known",
 }
-
-
-def summarise(ratios: np.ndarray) -> dict | None:
-    """Geometric mean and min-max over the tasks a planner placed (NaN: declined)."""
-    ok = ratios[~np.isnan(ratios)]
-    if not ok.size:
-        return None
-    return {
-        "mean": float(geometric_mean(ok)),
-        "min": float(ok.min()),
-        "max": float(ok.max()),
-        "tasks": int(ok.size),
-    }
-
-
-def cell(summary: dict | None, total: int) -> str:
-    if summary is None:
-        return "-"
-    text = f"{summary['mean']:.3f} ({summary['min']:.2f}-{summary['max']:.2f})"
-    return text if summary["tasks"] == total else f"{text} [{summary['tasks']}/{total}]"
 
 
 TORCHREC_SAYS = "torchrec's planner rejects this task "
@@ -81,24 +56,20 @@ def suite_section(name: str, view: Evaluation, model_suite: str) -> tuple[str, d
         mean_ms = float(np.mean(view.costs[:, placed, j])) if placed else "-"
         plan_s = float(view.plan_seconds[placed, j].mean()) if placed else "-"
         rows.append(
-            [planner, status, mean_ms, *(cell(summary[planner][key], n) for key in ratios), plan_s]
+            [
+                planner,
+                status,
+                mean_ms,
+                *(range_cell(summary[planner][key], n) for key in ratios),
+                plan_s,
+            ]
         )
-    table = format_table(
-        [
-            "planner",
-            "placed",
-            "mean ms",
-            "(a) vs strongest",
-            "(b) vs per-task best",
-            "(c) vs best known",
-            "plan s",
-        ],
-        rows,
-    )
+    columns = "planner | placed | mean ms | (a) vs strongest | (b) vs per-task best | "
+    table = fenced_table(columns + "(c) vs best known | plan s", rows)
     zero_shot = "" if name == model_suite else " (zero-shot)"
     text = (
         f"## {name}{zero_shot}: {n} held-out task{'s' * (n != 1)}, strongest fixed heuristic "
-        f"{view.strongest_heuristic()}\n\n```\n{table}\n```"
+        f"{view.strongest_heuristic()}\n\n{table}"
     )
     return text, summary
 
@@ -126,43 +97,18 @@ def headline(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
         label: np.concatenate([s[label] for s in per_suite.values()]) for label in HEADLINE
     }
     rows = [
-        [name, *(cell(summarise(v), len(v)) for v in values.values())]
+        [name, *(range_cell(summarise(v), len(v)) for v in values.values())]
         for name, values in per_suite.items()
     ]
     torchrec = evaluation.planners.index("torchrec")
     rejected = sum(p[torchrec] is None for p in evaluation.placements)
     return (
-        f"## Headline: dreamshard's cost ({evaluation.backend} backend) relative to ...\n\n```\n"
-        + format_table(["suite", *HEADLINE], rows)
-        + "\n```\n\n"
+        f"## Headline: dreamshard's cost ({evaluation.backend} backend) relative to ...\n\n"
+        + fenced_table(" | ".join(["suite", *HEADLINE]), rows)
+        + "\n\n"
         f"TorchRec's planner with its own reservation declined {rejected} of "
         f"{len(evaluation.tasks)} tasks; `-` or [k/n]: compared only where both placed."
     )
-
-
-def log_ratios(view: Evaluation, planner: str, reference: str) -> np.ndarray:
-    """[round, task]: log of `planner`'s cost over the reference's in the same round."""
-    j = view.planners.index(planner)
-    return np.log(view.costs[:, :, j] / view.reference_costs(reference))
-
-
-def bootstrap_ratio(logs: np.ndarray, seed: int = 0) -> tuple[float, float, float, int]:
-    """The paired ratio of [round, task] log ratios (geometric mean over rounds, then over
-    tasks), its `LEVEL` bootstrap interval, and the task count. Each resample draws tasks with
-    replacement and, for each drawn task, its rounds with replacement: the interval holds both
-    which tasks were drawn and the noise of the rounds. Tasks with a NaN (declined) are left out.
-    """
-    logs = logs[:, ~np.isnan(logs).any(axis=0)]
-    rounds, tasks = logs.shape
-    if not logs.size:
-        return float("nan"), float("nan"), float("nan"), 0
-    rng = np.random.default_rng(seed)
-    picked_tasks = rng.integers(0, tasks, size=(RESAMPLES, tasks, 1))
-    picked_rounds = rng.integers(0, rounds, size=(RESAMPLES, tasks, rounds))
-    means = logs.T[picked_tasks, picked_rounds].mean(axis=(1, 2))
-    tail = (1 - LEVEL) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return float(np.exp(logs.mean())), float(np.exp(low)), float(np.exp(high)), tasks
 
 
 def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
@@ -175,12 +121,16 @@ def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str
     for planner, reference, at_most in TARGETS:
         if planner not in evaluation.planners:
             continue
-        per_suite = {name: log_ratios(view, planner, reference) for name, view in views.items()}
+        per_suite = {name: view.log_ratios(planner, reference) for name, view in views.items()}
         what = f"{planner} vs {SAYS.get(reference, reference)}"
         if reference == PER_SUITE:
             for name, logs in per_suite.items():
-                rows.append(target_row(what, name, bootstrap_ratio(logs), at_most))
-        pooled = bootstrap_ratio(np.concatenate(list(per_suite.values()), axis=1))
+                rows.append(
+                    target_row(what, name, bootstrap_paired(logs, LEVEL, RESAMPLES), at_most)
+                )
+        pooled = bootstrap_paired(
+            np.concatenate(list(per_suite.values()), axis=1), LEVEL, RESAMPLES
+        )
         row = target_row(what, "all tasks", pooled, at_most)
         if reference == PER_SUITE:  # met only where every suite meets it
             row[-2] = f"<= {at_most:.2f} every suite"
@@ -190,12 +140,10 @@ def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str
         "## Targets (issue 12, table-wise)\n\nPaired ratios: the geometric mean over rounds per "
         f"task, then over tasks; {LEVEL:.0%} bootstrap intervals from {RESAMPLES} resamples of "
         "the tasks and, within each drawn task, of its rounds. A target is met when the point "
-        "estimate is at or below it.\n\n```\n"
-        + format_table(
-            ["comparison", "over", "ratio", f"{LEVEL:.0%} interval", "tasks", "target", "met"],
-            rows,
+        "estimate is at or below it.\n\n"
+        + fenced_table(
+            f"comparison | over | ratio | {LEVEL:.0%} interval | tasks | target | met", rows
         )
-        + "\n```"
     )
 
 
@@ -230,21 +178,10 @@ def refine_section(evaluation: Evaluation, refine_log: dict) -> str:
         "rounds on the same backend (at least 3, within --refine-seconds); the planner's pick "
         "stays unless another is cheaper beyond the noise (`dreamshard.evaluation.refine`). "
         "These measurements are its own and enter no ratio; 'rounds ms' is its placement's mean "
-        "in the interleaved rounds with every other planner.\n\n```\n"
-        + format_table(
-            [
-                "task",
-                "candidates",
-                "rounds",
-                "measured",
-                "seconds",
-                "winner",
-                "vs pick",
-                "rounds ms",
-            ],
-            rows,
+        "in the interleaved rounds with every other planner.\n\n"
+        + fenced_table(
+            "task | candidates | rounds | measured | seconds | winner | vs pick | rounds ms", rows
         )
-        + "\n```"
     )
 
 
@@ -259,7 +196,7 @@ def declines_section(evaluation: Evaluation) -> str:
     ]
     if not rows:
         return "## Declined tasks\n\nNone."
-    return "## Declined tasks\n\n```\n" + format_table(["task", "planner", "why"], rows) + "\n```"
+    return "## Declined tasks\n\n" + fenced_table("task | planner | why", rows)
 
 
 def milp_section(evaluation: Evaluation, milp_log: dict) -> str:
@@ -272,11 +209,10 @@ def milp_section(evaluation: Evaluation, milp_log: dict) -> str:
     return (
         "## MILP on the cost network's single-table costs\n\nExact for the additive surrogate "
         "only (the max over devices of the sum of each table's predicted cost alone); the real "
-        "cost is not additive, so its optimum bounds nothing measured.\n\n```\n"
-        + format_table(
-            ["task", "status", "gap", "seconds", "additive optimum ms", "measured mean ms"], rows
+        "cost is not additive, so its optimum bounds nothing measured.\n\n"
+        + fenced_table(
+            "task | status | gap | seconds | additive optimum ms | measured mean ms", rows
         )
-        + "\n```"
     )
 
 
@@ -308,63 +244,29 @@ def search_section(evaluation: Evaluation, search_log: dict) -> str:
         "search's own best measurement, 'rounds ms' the mean of the independent interleaved "
         "rounds (the gap is the winner's curse); 'reference' says whether it was the best "
         "placement of the task in the rounds (else the cheaper planner's placement is the best "
-        "known).\n\n```\n"
-        + format_table(
-            [
-                "task",
-                "starts",
-                "start",
-                "start ms",
-                "steps",
-                "measured",
-                "search ms",
-                "rounds ms",
-                "reference",
-            ],
+        "known).\n\n"
+        + fenced_table(
+            "task | starts | start | start ms | steps | measured | search ms | "
+            "rounds ms | reference",
             rows,
         )
-        + "\n```"
     )
-
-
-def write_raw(evaluation: Evaluation, out: Path, extra: dict) -> None:
-    data = evaluation.to_dict() | extra
-    write_text_atomic(out.with_suffix(".json"), json.dumps(data, indent=1, default=str) + "\n")
-    csv_path = out.with_suffix(".csv")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["task", "planner", "round", "overall_ms"])
-        for t, task in enumerate(evaluation.tasks):
-            for j, planner in enumerate(evaluation.planners):
-                if evaluation.placements[t][j] is not None:
-                    for r in range(evaluation.costs.shape[0]):
-                        writer.writerow([task.name, planner, r, evaluation.costs[r, t, j]])
-
-
-def torchrec_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torchrec")
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def render(run, args: argparse.Namespace, command: str) -> tuple[str, dict]:
     """The markdown report, and the per-suite summaries for the JSON."""
     evaluation = run.evaluation
-    views, sections, summaries, offset = {}, [], {}, 0
-    for name, suite_tasks in run.suites.items():
-        views[name] = evaluation.subset(list(range(offset, offset + len(suite_tasks))))
-        offset += len(suite_tasks)
-        text, summaries[name] = suite_section(name, views[name], run.model_suite)
+    views = evaluation.groups([name for name, tasks in run.suites.items() for _ in tasks])
+    sections, summaries = [], {}
+    for name, view in views.items():
+        text, summaries[name] = suite_section(name, view, run.model_suite)
         sections.append(text)
     phases = ", ".join(f"{k} {v / 60:.1f}" for k, v in run.seconds.items())
     counts = ", ".join(f"{k} {v}" for k, v in run.measurements.items())
     report = "\n\n".join(
         [
             f"# Planners compared on measured cost ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}; torchrec {torchrec_version()}. Costs: "
+            f"{host_note()}; torchrec {torchrec_version()}. Costs: "
             f"{evaluation.costs_made} ({run.notes['backend']}).",
             f"Model: {run.notes['model']}. RNN: {run.notes['rnn']}. {args.tasks} held-out test "
             f"task(s) per suite, {args.rounds} interleaved rounds over all {len(evaluation.tasks)} "

@@ -1,9 +1,10 @@
 """What `compare_planners.py` keeps between sessions, so `--resume` measures nothing twice.
 
 Two stores in the script's state folder, emptied unless `--resume`:
-- its cost dataset: every measurement under a key that includes its round. The interleaved
-  rounds are rounds 1000+ (`evaluate`), the best-known screening and search 2000, the measured
-  refinement 3000+ (the n-th time it measures a placement). A resumed run reads them back.
+- its cost dataset (`evaluation.stored`): every measurement under a key that includes its
+  round. The interleaved rounds are rounds 1000+ (`evaluate`), the best-known screening and
+  search 2000, the measured refinement 3000+ (the n-th time it measures a placement). A resumed
+  run reads them back.
 - `PlanStore`: each planner's placement of each task (or why it declined), its planning time
   and the searches' logs, written after every planner. A resumed run returns them as they
   were: time-limited searches and measured ones would not repeat placements exactly, and a
@@ -14,59 +15,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from dreamshard.costs.collect import Job, measure_and_store
-from dreamshard.costs.dataset import CostDataset
-from dreamshard.costs.types import PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split
 
-SUITE_NAME = "compare_planners"  # the dataset records' suite
 SEARCH_ROUND = 2000  # best-known screening and search: each placement measured once
 REFINE_ROUND = 3000  # measured refinement: REFINE_ROUND + n for a placement's n-th measurement
-
-
-class Measurements:
-    """The run's measurements through its dataset, counted per purpose: measured now or read
-    back from an earlier session."""
-
-    def __init__(self, backend, dataset: CostDataset):
-        self.backend, self.dataset = backend, dataset
-        self.measured: Counter[str] = Counter()
-        self.read_back: Counter[str] = Counter()
-
-    def measure(self, job: Job, purpose: str) -> PlacementCost:
-        cost, fresh = measure_and_store(job, self.backend, self.dataset, SUITE_NAME)
-        (self.measured if fresh else self.read_back)[purpose] += 1
-        return cost
-
-    def backend_for(self, purpose: str, first_round: int) -> StoredBackend:
-        return StoredBackend(self, purpose, first_round)
-
-
-class StoredBackend:
-    """A cost backend whose measurements go through the run's dataset under their own rounds
-    (so they also take the host's measurement lock); for the best-known search and refinement.
-    """
-
-    def __init__(self, measurements: Measurements, purpose: str, first_round: int):
-        self.measurements, self.purpose, self.first_round = measurements, purpose, first_round
-        self.name = measurements.backend.name
-        self.times: Counter[tuple] = Counter()  # per (task, placement): measured so far
-
-    def config(self) -> dict:
-        return self.measurements.backend.config()
-
-    def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
-        same = (task.name, placement.splits, placement.devices)
-        job = Job(task, placement, self.first_round + self.times[same])
-        self.times[same] += 1
-        return self.measurements.measure(job, self.purpose)
 
 
 def placement_record(placement: Placement) -> dict:

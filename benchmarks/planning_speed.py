@@ -21,10 +21,11 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from dreamshard.methods import place
+
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
-from dreamshard.methods import place
 from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables

@@ -16,20 +16,18 @@ benchmarks/results/quick_compare.md.
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
 import torch
+from dreamshard.methods import named_planner
 
 from dreamshard.costs.backends import make_backend
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
-from dreamshard.files import write_text_atomic
+from dreamshard.evaluation.models import train_for_run
+from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.learn.model_file import load_model
-from dreamshard.learn.train import train
 from dreamshard.learn.train_config import COSTNET_ENCODERS, TrainConfig
-from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
@@ -63,20 +61,14 @@ def main(argv: list[str] | None = None) -> str:
     else:
         models, notes = {}, []
         for encoder in encoders:
-            trained = time.monotonic()
             out = state_dir() / "quick_compare" / f"model-{args.backend}-{encoder}"
-            shutil.rmtree(out, ignore_errors=True)  # trained by this run
             config = TrainConfig(
                 suite=args.suite, backend=args.backend, out=str(out), costnet_encoder=encoder
             )
             name = f" ({encoder})" if len(encoders) > 1 else ""
-            models[name] = train(config, log=lambda line: print(line, flush=True))
-            notes.append(f"{encoder} design, {(time.monotonic() - trained) / 60:.1f} min")
-        note = (
-            f"trained by this run on {args.suite} ({args.backend}, paper defaults: "
-            f"{config.iterations} iterations, {config.warm_start} warm-start placements; "
-            f"{'; '.join(notes)})"
-        )
+            models[name], trained = train_for_run(config, lambda line: print(line, flush=True))
+            notes.append(trained)
+        note = "; ".join(notes)
     planners = dict(PLANNERS)
     for name, model in models.items():
         planners["policy greedy" + name] = named_planner("dreamshard", model, samples=0)
@@ -88,17 +80,15 @@ def main(argv: list[str] | None = None) -> str:
     report = "\n\n".join(
         [
             f"# Quick comparison on {args.suite} ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}. Model: {note}. Held-out tasks of the suite the "
+            f"{host_note()}. Model: {note}. Held-out tasks of the suite the "
             f"model was trained on; {(time.monotonic() - began) / 60:.1f} min in all. "
             f"Command: `benchmarks/quick_compare.py {' '.join(argv or [])}`.",
             "```\n" + format_table(header, rows) + "\n```",
             evaluation_note(evaluation),
         ]
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report + "\n")
     print(report, flush=True)
+    write_report(args.out, report)
     return report
 
 

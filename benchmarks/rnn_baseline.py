@@ -20,25 +20,24 @@ benchmarks/results/rnn_baseline.md.
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from dreamshard.methods import named_planner, resolve_model
 
 from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
-from dreamshard.files import write_text_atomic
+from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.ratio_tables import interval_cell
+from dreamshard.evaluation.report_files import host_note, write_report
+from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.learn.rnn import RnnPlacer, budget_note, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig, fair_config, policy_budget
-from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import named_planner, resolve_model
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask
@@ -57,25 +56,16 @@ def quiet(_line: str) -> None:
 def model_for(args: argparse.Namespace, log):
     if args.model:
         model = resolve_model(args.model)
-        return model, f"{args.model} (trained on {model.metadata.get('suite', '?')})"
-    out = state_dir() / "rnn_baseline" / "model"
-    shutil.rmtree(out, ignore_errors=True)  # trained by this run, not resumed from an older one
+        return model, f"{args.model} ({trained_on(model)})"
     config = TrainConfig(
         suite="cpu-50x4",
         backend="simulated",
-        out=str(out),
+        out=str(state_dir() / "rnn_baseline" / "model"),
         seed=args.seed,
         warm_start=args.warm_start,
         costnet_steps=args.costnet_steps,
     )
-    start = time.monotonic()
-    model = train(config, log=log)
-    return model, (
-        f"trained by this run on cpu-50x4, simulated backend ({config.iterations} iterations, "
-        f"{config.policy_updates} policy updates of {config.episodes} episodes each, warm "
-        f"start {config.warm_start}, {config.costnet_steps} cost-net steps per iteration, "
-        f"{config.costnet_encoder} cost-network design; {time.monotonic() - start:.0f} s)"
-    )
+    return train_for_run(config, log)
 
 
 @torch.no_grad()
@@ -86,12 +76,6 @@ def sampled_ratio(backend, task: PlacementTask, rollout, best: float) -> float:
         float(np.mean([backend.measure(task, rollout.placement(e, "")).overall for e in legal]))
         / best
     )
-
-
-def cell(ratios) -> str:
-    ratios = np.asarray(ratios, dtype=float)
-    low, high = bootstrap_interval(ratios)
-    return f"{geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}]"
 
 
 def train_placers(model, fair: RnnTrainConfig, args, log) -> dict[str, tuple[int, RnnPlacer]]:
@@ -127,8 +111,8 @@ def rnn_rows(model, backend, evaluation, placers, best: np.ndarray) -> tuple[lis
                 mine, policy = (evaluation.placements[t][k] for k in (j, policy_column))
                 [a, b] = predicted_overall(model, task, [mine, policy])
                 predicted.append(a / b)
-        rows.append([f"rnn greedy, {updates} updates", cell(greedy)])
-        rows.append([f"rnn sampled, {updates} updates, mean of {EPISODES}", cell(sampled)])
+        rows.append([f"rnn greedy, {updates} updates", interval_cell(greedy)])
+        rows.append([f"rnn sampled, {updates} updates, mean of {EPISODES}", interval_cell(sampled)])
         notes.append(
             f"RNN with {updates} updates: its greedy placements cost "
             f"{geometric_mean(np.array(predicted)):.3f}x the policy's greedy ones by the cost "
@@ -156,11 +140,11 @@ def baseline_rows(model, backend, evaluation, best: np.ndarray) -> list:
             for t, b in zip(tasks, best)
         ]
     return [
-        ["random (seed 0)", cell(column["random"])],
-        [f"random, mean of {EPISODES} seeds", cell(np.array(random_mean) / best)],
-        *([name, cell(column[name])] for name in PLANNERS if name != "random"),
-        ["policy greedy", cell(column["policy greedy"])],
-        [f"policy sampled, mean of {EPISODES}", cell(policy_sampled)],
+        ["random (seed 0)", interval_cell(column["random"])],
+        [f"random, mean of {EPISODES} seeds", interval_cell(np.array(random_mean) / best)],
+        *([name, interval_cell(column[name])] for name in PLANNERS if name != "random"),
+        ["policy greedy", interval_cell(column["policy greedy"])],
+        [f"policy sampled, mean of {EPISODES}", interval_cell(policy_sampled)],
     ]
 
 
@@ -194,7 +178,7 @@ def main(argv: list[str] | None = None) -> str:
     report = "\n\n".join(
         [
             f"# The RNN baseline on a fair budget, exact costs ({time.strftime('%Y-%m-%d')})",
-            f"Host: {hardware()}; {versions()}. Costs: {describe_costs(backend.config())}; "
+            f"{host_note()}. Costs: {describe_costs(backend.config())}; "
             f"one round (exact). Model: {model_note}. RNN: trained against that model's cost "
             f"network on {fair.suite} ({fair.train_tasks} training tasks); the fair budget is "
             f"{budget_note(fair, policy_budget(model.metadata))}; learning rate "
@@ -209,10 +193,7 @@ def main(argv: list[str] | None = None) -> str:
         ]
     )
     print(report, flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, report + "\n")
-    print(f"wrote {out}")
+    write_report(args.out, report)
     return report
 
 

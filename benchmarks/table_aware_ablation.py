@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from dreamshard.methods import named_planner
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
@@ -22,7 +23,6 @@ from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.methods import named_planner
 from dreamshard.placement.heuristics import PLANNERS
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table

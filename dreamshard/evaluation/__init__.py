@@ -1,8 +1,15 @@
-"""Stage 8, evaluation: planners placed on tasks, measured in interleaved rounds, compared.
+"""Evaluation: planners placed on tasks, measured in interleaved rounds, compared.
 
-`rounds` (interleaved measurement, paired ratios, geometric means), `evaluate` (the one
-evaluation: every planner on every task, the strongest fixed heuristic, the per-task best
-heuristic and the best known, used by the flows, the demo, the benchmarks and the dashboard),
-`refine` (`dreamshard place --refine`: a planner's top candidates measured before use).
-May import: methods, tracking and every stage below.
+`rounds` (interleaved measurement, paired ratios, geometric means, bootstrap intervals),
+`evaluate` (the one evaluation: every planner on every task, measured in rounds; used by the
+flows, the demo, the benchmarks and the dashboard), `results` (`Evaluation`: the strongest fixed
+heuristic, the per-task best heuristic, the best known and every ratio to them), `refine`
+(`dreamshard place --refine`: a planner's top candidates measured before use).
+For the benchmarks' reports: `ratio_tables` (a ratio's cells: mean with its range or interval,
+[k/n]), `report_files` (the markdown, its JSON and CSV, the host line), `models` (a model
+trained for a run, in words), `best_known` (a task's best known placement by measured search),
+`stored` (a run's measurements kept per purpose, so a resumed run reads them back), `balance`
+(a measured plan's mean device load and the bounds beside it), `medians` (labels as medians of
+an evaluation's rounds), `costnet_study` (held-out data for judging a cost network).
+May import: tracking and every stage below.
 """

@@ -4,7 +4,10 @@ Every (task, planner) placement is measured once per round, rounds interleaved i
 With a cost dataset, every measurement is stored under a key that includes its round:
 re-running an evaluation with the same inputs reads the stored costs instead of measuring
 again, and a run killed half-way measures only what is missing. Without one (the demo, the
-benchmarks), placements are measured directly. The ratios live in `evaluation.results`.
+benchmarks), placements are measured directly. A benchmark that measures more in the same
+rounds (tables alone, say) places with `place_all`, measures `distinct_items` and its own items
+with `rounds.measure_costs`, and gets the same `Evaluation` from `evaluation_of`. The ratios
+live in `evaluation.results`.
 
 A planner may decline a task (TorchRec's planner rejecting it, an RNN trained for another device
 count) when `evaluate` is told which exceptions mean so: the placement is then None, its costs
@@ -23,20 +26,23 @@ from dreamshard.costs.collect import Job, measure_and_store
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.types import COST_TERMS, CostBackend, PlacementCost
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.placement.heuristics import Planner
+from dreamshard.evaluation.rounds import cv
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.progress import Progress
 
 EVAL_ROUND_BASE = 1000  # evaluation rounds are stored as rounds 1000, 1001, ... (collection: 0)
+Planners = dict[str, Callable[[PlacementTask, int], Placement]]  # name: plan(task, seed)
+Placed = tuple[list[list[Placement | None]], np.ndarray, dict[tuple[int, int], str]]
 
 
 def place_all(
     tasks: Sequence[PlacementTask],
-    planners: dict[str, Planner],
+    planners: Planners,
     declines: tuple[type[Exception], ...] = (),
     seed: int = 0,
-) -> tuple[list[list[Placement | None]], np.ndarray, dict[tuple[int, int], str]]:
-    """Every task placed by every planner, with each planner's wall time and its declines.
+) -> Placed:
+    """Every task placed by every planner: the placements [task][planner] (None where declined),
+    each planner's wall time [task, planner] and why it declined, by (task, planner).
 
     Tasks go one at a time, each through the planners in their order.
     """
@@ -56,6 +62,24 @@ def place_all(
     return placements, seconds, declined
 
 
+def distinct_items(
+    tasks: Sequence[PlacementTask], placements: list[list[Placement | None]]
+) -> tuple[list[tuple[PlacementTask, Placement]], dict[tuple[int, int], int]]:
+    """The distinct (task, placement) pairs to measure (identical placements of a task once;
+    declined ones not at all), and for each (task, planner) its item's index."""
+    items, index, known = [], {}, {}
+    for t, row in enumerate(placements):
+        for j, placement in enumerate(row):
+            if placement is None:
+                continue
+            key = (t, placement.splits, placement.devices)
+            if key not in known:
+                known[key] = len(items)
+                items.append((tasks[t], placement))
+            index[(t, j)] = known[key]
+    return items, index
+
+
 def mean_breakdown(costs: list[PlacementCost]) -> list[dict]:
     """Per device, the mean of each cost term over rounds."""
     devices = len(costs[0].devices)
@@ -65,9 +89,46 @@ def mean_breakdown(costs: list[PlacementCost]) -> list[dict]:
     ]
 
 
+def evaluation_of(
+    tasks: Sequence[PlacementTask],
+    names: list[str],
+    placed: Placed,
+    costs: list[list[PlacementCost]],
+    index: dict[tuple[int, int], int],
+    backend: CostBackend,
+) -> Evaluation:
+    """The `Evaluation` of placements whose items (`distinct_items`) were measured in rounds,
+    `costs` [round][item]; a declined placement has NaN costs."""
+    placements, plan_seconds, declined = placed
+    overall = np.full((len(costs), len(tasks), len(names)), np.nan)
+    breakdowns = []
+    for t in range(len(tasks)):
+        row = []
+        for j in range(len(names)):
+            if (t, j) not in index:
+                row.append([])
+                continue
+            measured = [r[index[(t, j)]] for r in costs]
+            overall[:, t, j] = [c.overall for c in measured]
+            row.append(mean_breakdown(measured))
+        breakdowns.append(row)
+    made = describe_costs(backend.config())
+    return Evaluation(
+        list(tasks),
+        names,
+        placements,
+        overall,
+        breakdowns,
+        plan_seconds,
+        backend.name,
+        declined,
+        made,
+    )
+
+
 def evaluate(
     tasks: Sequence[PlacementTask],
-    planners: dict[str, Planner],
+    planners: Planners,
     backend: CostBackend,
     dataset: CostDataset | None = None,
     rounds: int = 3,
@@ -84,47 +145,22 @@ def evaluate(
     costs); any other error propagates. Identical placements are measured once per round.
     """
     tasks = list(tasks)
-    names = list(planners)
-    placements, plan_seconds, declined = place_all(tasks, planners, declines, seed)
+    placed = place_all(tasks, planners, declines, seed)
     if measure is None and dataset is None:
         measure = lambda job: backend.measure(job.task, job.placement)  # noqa: E731
     elif measure is None:
         measure = lambda job: measure_and_store(job, backend, dataset, suite_name)[0]  # noqa: E731
-
-    items = [
-        (t, j) for t in range(len(tasks)) for j in range(len(names)) if placements[t][j] is not None
-    ]
-    costs = np.full((rounds, len(tasks), len(names)), np.nan)
-    seen: dict[tuple[int, int], list[PlacementCost]] = {item: [] for item in items}
+    items, index = distinct_items(tasks, placed[0])
+    costs: list[list] = [[None] * len(items) for _ in range(rounds)]
     rng = np.random.default_rng(seed)
     progress = Progress(rounds * len(items), f"evaluating on {backend.name}")
     for r in range(rounds):
-        this_round: dict[tuple, PlacementCost] = {}
         for i in rng.permutation(len(items)):
-            t, j = items[i]
-            same = (t, placements[t][j].splits, placements[t][j].devices)
-            if same not in this_round:
-                this_round[same] = measure(Job(tasks[t], placements[t][j], EVAL_ROUND_BASE + r))
-            cost = this_round[same]
-            costs[r, t, j] = cost.overall
-            seen[(t, j)].append(cost)
-            progress.step(f"{tasks[t].name} {names[j]}: {cost.overall:.2f} ms")
+            task, placement = items[i]
+            costs[r][i] = cost = measure(Job(task, placement, EVAL_ROUND_BASE + r))
+            progress.step(f"{task.name} {placement.method}: {cost.overall:.2f} ms")
     progress.close()
-    breakdowns = [
-        [mean_breakdown(seen[(t, j)]) if (t, j) in seen else [] for j in range(len(names))]
-        for t in range(len(tasks))
-    ]
-    return Evaluation(
-        tasks,
-        names,
-        placements,
-        costs,
-        breakdowns,
-        plan_seconds,
-        backend.name,
-        declined,
-        describe_costs(backend.config()),
-    )
+    return evaluation_of(tasks, list(planners), placed, costs, index, backend)
 
 
 def summary_table(evaluation: Evaluation) -> tuple[list[str], list[list[object]]]:
@@ -165,11 +201,10 @@ def evaluation_note(evaluation: Evaluation) -> str:
     made = evaluation.costs_made or f"{evaluation.backend} backend"
     spread = ""
     if rounds > 1:
-        placed = evaluation.costs[:, ~np.isnan(evaluation.costs[0])]  # [rounds, placements]
-        cv = placed.std(axis=0) / placed.mean(axis=0)
+        spreads = cv(evaluation.costs[:, ~np.isnan(evaluation.costs[0])])  # per placement
         spread = (
-            f" Spread of a placement's cost over the rounds (CV): median {np.median(cv):.1%}, "
-            f"max {cv.max():.1%}."
+            f" Spread of a placement's cost over the rounds (CV): median {np.median(spreads):.1%}, "
+            f"max {spreads.max():.1%}."
         )
     return (
         f"Costs: {made}. {tasks} task(s), {rounds} interleaved round(s).{spread} Ratios are paired "

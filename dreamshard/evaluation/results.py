@@ -1,7 +1,7 @@
 """An evaluation's results and every ratio computed from them: the one definition of each.
 
 Costs are [round, task, planner]; rounds are interleaved, so a ratio is taken round by round
-(paired) and then summarised by a geometric mean. The references (DESIGN.md):
+(paired) and then summarised by a geometric mean. The references:
 - `strongest_heuristic`: the one heuristic with the best mean cost over all the tasks;
 - `per_task_best_heuristic`: on each task, the heuristic with the lowest mean cost there;
 - `best_known`: on each task, the placement with the lowest mean cost in these rounds, whoever
@@ -12,6 +12,7 @@ A planner that declined a task has NaN costs there and is compared only where it
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -81,6 +82,34 @@ class Evaluation:
         """Geometric mean over the tasks both placed of `planner`'s ratio to `reference`."""
         column = self.ratios(reference)[:, self.planners.index(planner)]
         return float(geometric_mean(column[~np.isnan(column)]))
+
+    def log_ratios(self, planner: str, reference: str) -> np.ndarray:
+        """[round, task]: the log of `planner`'s cost over the reference's in the same round."""
+        j = self.planners.index(planner)
+        return np.log(self.costs[:, :, j] / self.reference_costs(reference))
+
+    def pair(self, ours: str, theirs: str) -> dict:
+        """`ours` against `theirs` (a planner or a reference): the paired ratio (geometric mean
+        over rounds per task, then over the tasks both placed), its range and per-task values
+        (None where either declined), and on how many of the tasks both placed."""
+        column = self.ratios(theirs)[:, self.planners.index(ours)]  # [task]
+        placed = ~np.isnan(column)
+        return {
+            "ratio": float(geometric_mean(column[placed])) if placed.any() else None,
+            "min": float(column[placed].min()) if placed.any() else None,
+            "max": float(column[placed].max()) if placed.any() else None,
+            "per_task": [None if np.isnan(x) else float(x) for x in column],
+            "tasks_placed": int(placed.sum()),
+            "tasks": len(column),
+        }
+
+    def groups(self, labels: Sequence[Hashable]) -> dict[Hashable, Evaluation]:
+        """The evaluation cut by a label per task (its suite, its device count), in the order
+        the labels first appear."""
+        return {
+            label: self.subset([t for t, x in enumerate(labels) if x == label])
+            for label in dict.fromkeys(labels)
+        }
 
     def summary_rows(self) -> list[dict]:
         """Per planner: mean cost, ratio to each reference (mean and worst task), wins."""
@@ -171,6 +200,16 @@ class Evaluation:
             "devices": self.breakdowns[t][j],
             "plan_seconds": float(self.plan_seconds[t, j]),
         }
+
+    def csv_rows(self) -> list[list]:
+        """One row per measurement: task, planner, round, overall ms (declined: none)."""
+        return [
+            [task.name, planner, r, self.costs[r, t, j]]
+            for t, task in enumerate(self.tasks)
+            for j, planner in enumerate(self.planners)
+            if self.placements[t][j] is not None
+            for r in range(self.costs.shape[0])
+        ]
 
     @classmethod
     def from_dict(cls, data: dict) -> Evaluation:

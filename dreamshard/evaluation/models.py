@@ -1,0 +1,86 @@
+"""The models a benchmark run evaluates: trained for the run when none is given (a DreamShard
+model, an RNN placer against its cost network), and the sentence its report says about each."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.learn.rnn import RnnPlacer, load_rnn, save_rnn, train_rnn
+from dreamshard.learn.rnn_config import RnnTrainConfig
+from dreamshard.learn.train import train
+from dreamshard.learn.train_config import TrainConfig
+
+
+def trained_on(model: DreamShardModel) -> str:
+    """What a model's file says it was trained on: its suite, backend and (where recorded)
+    topology, as "trained on cpu-50x4, simulated backend, cpu-gloo topology"."""
+    meta = model.metadata
+    backend = re.search(r"'backend': '(\w+)'", str(meta.get("backend", "")))
+    topology = re.search(r"'topology': '([\w-]+)'", str(meta.get("backend", "")))
+    return (
+        f"trained on {meta.get('suite', '?')}, {backend.group(1) if backend else '?'} backend"
+        + (f", {topology.group(1)} topology" if topology else "")
+    )
+
+
+def training_note(config: TrainConfig) -> str:
+    """The settings a model is trained with, in words."""
+    devices = ",".join(map(str, config.warm_start_devices))
+    topology = "" if config.topology == "auto" else f" ({config.topology} topology)"
+    return (
+        f"{config.suite}, {config.backend} backend{topology}: "
+        f"{config.iterations} iterations of {config.placements_per_iteration} placements, warm "
+        f"start {config.warm_start} heuristic and random placements"
+        + (f" on {devices} devices" if devices else "")
+        + f", {config.costnet_steps} cost-net steps per iteration, {config.policy_updates} "
+        f"policy updates of {config.episodes} episodes, {config.costnet_loss} loss, "
+        f"{config.costnet_encoder} cost-network design, "
+        f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, seed {config.seed}"
+    )
+
+
+def train_for_run(
+    config: TrainConfig, log: Callable[[str], None], fresh: bool = True
+) -> tuple[DreamShardModel, str]:
+    """A model trained by this run in `config.out`, and the report's sentence about it.
+
+    `fresh`: an older run's checkpoints there are removed first (else training resumes them).
+    """
+    if fresh:
+        shutil.rmtree(config.out, ignore_errors=True)
+    start = time.monotonic()
+    model = train(config, log=log)
+    minutes = (time.monotonic() - start) / 60
+    return model, (
+        f"trained by this run on {training_note(config)}; {minutes:.1f} min, saved in "
+        f"{Path(config.out) / 'model.pt'}"
+    )
+
+
+def rnn_for_run(
+    model: DreamShardModel,
+    config: RnnTrainConfig,
+    path: Path,
+    resume: bool,
+    log: Callable[[str], None],
+) -> tuple[RnnPlacer, str]:
+    """An RNN placer trained by this run against `model`'s cost network and saved at `path`
+    (with `resume`, the one an earlier session of the run saved there), and its sentence."""
+    session = "an earlier session of this run"
+    if resume and path.is_file():
+        log(f"--resume: the RNN {session} trained, {path}")
+        placer = load_rnn(path)
+    else:
+        log(f"training an RNN on {config.suite} against the model's cost network")
+        placer = train_rnn(model, config, log=log)
+        save_rnn(placer, path, config)
+        session = "this run"
+    return placer, (
+        f"trained by {session} on {placer.metadata['train']['suite']} against the model's cost "
+        f"network, {placer.metadata['budget']} ({path})"
+    )
