@@ -53,8 +53,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from dreamshard.methods import named_planner
-from dreamshard.planners.torchrec_planner import torchrec_place
 from planners_report import REFINED, render
 from planners_store import REFINE_ROUND, SEARCH_ROUND, PlanStore
 
@@ -72,7 +70,7 @@ from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.milp import MilpResult, solve_milp
@@ -213,10 +211,10 @@ def make_planners(args, model, placer, best_known: BestKnown, refine_backend, st
         }
         return found.placement
 
-    planners = dict(PLANNERS)  # random and the four heuristics
+    planners = baseline_planners()  # random and the four heuristics
     planners |= {
-        "torchrec": lambda task, seed: torchrec_place(task, seed),
-        "torchrec (no reserve)": lambda task, seed: torchrec_place(task, seed, reserve=False),
+        "torchrec": named_planner("torchrec"),
+        "torchrec (no reserve)": named_planner("torchrec", reserve=False),
         "rnn": rnn,
         "search_analytic": named_planner("search_analytic", split="none"),
         "dreamshard": named_planner("dreamshard", model, split="none"),

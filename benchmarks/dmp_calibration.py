@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from dreamshard.costs.dmp import DmpBackend
 
 from dreamshard.costs.comm import Topology
 from dreamshard.costs.dmp_proxy import StepTerms, fit_step_model, step_terms
 from dreamshard.costs.types import PlacementCost
 from dreamshard.evaluation.rounds import geometric_mean, measure_costs
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.integrations.dmp_backend import DmpBackend
+from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split, split_problem
 from dreamshard.tables.traces import table_batch_size
@@ -70,7 +70,7 @@ def split_plan(task: PlacementTask, base: Placement, cut: dict[str, str], name: 
 
 
 def calibration_plans(task: PlacementTask) -> dict[str, Placement]:
-    plans = {name: PLANNERS[name](task, 0) for name in HEURISTICS}
+    plans = {name: place(task, name, split="none") for name in HEURISTICS}
     heavy = sorted(task.tables, key=lambda t: -t.pooling_factor * t.dim)
     columns = [t.name for t in heavy if split_problem(t, "column", 2) is None]
     rows = [t.name for t in heavy if split_problem(t, "row", task.num_devices) is None]

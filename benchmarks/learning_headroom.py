@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from dreamshard.methods import named_planner, place
 from scipy import stats
 
 from dreamshard.costs.backends import describe_costs
@@ -45,7 +44,8 @@ from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, PLANNERS, greedy_place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+from dreamshard.placement.registry import baseline_planners, named_planner, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
@@ -85,7 +85,7 @@ def planners_for(
     milp_seconds: float,
     milps: dict[str, MilpResult],
 ):
-    planners = dict(PLANNERS)
+    planners = baseline_planners()
     planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
     planners["dreamshard"] = named_planner("dreamshard", model)
     planners["dreamshard_search"] = named_planner("dreamshard_search", model)

@@ -19,8 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from dreamshard.methods import place
-from gpu_tasks.tbe import GroupInput, time_groups
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
@@ -28,10 +26,11 @@ from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import NOMINAL_MS, REFERENCE_VERSION, normalised
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.tbe import GroupInput, time_groups
 from dreamshard.costs.types import PlacementCost
 from dreamshard.evaluation.rounds import cv, measure_costs, paired_ratios
 from dreamshard.files import write_json_atomic, write_text_atomic
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
@@ -351,13 +350,13 @@ def main() -> None:
     args = parser.parse_args()
     began = time.time()
     suite = make_suite(parse_suite_name(args.suite, 1, args.placements))
-    methods = list(PLANNERS)
+    methods = method_names("baseline", "heuristic")
     items = [
         (t, place(t, methods[i % len(methods)], seed=i, split="none"))
         for i, t in enumerate(suite.test_tasks)
     ]
     # drift: two tasks x the four heuristics, the placements a planner chooses among
-    heuristics = [m for m in methods if m != "random"]
+    heuristics = method_names("heuristic")
     drift_items = [
         (t, place(t, m, seed=0, split="none")) for t in suite.test_tasks[:2] for m in heuristics
     ]

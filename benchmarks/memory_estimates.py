@@ -17,9 +17,8 @@ import argparse
 import time
 from pathlib import Path
 
-from dreamshard.planners.torchrec_planner import quiet_torchrec, torchrec_request
-
 from dreamshard.files import write_text_atomic
+from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_bytes, format_table

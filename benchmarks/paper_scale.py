@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from dreamshard.methods import named_planner, resolve_model
 from planning_speed import SLACK, capped_task, scale_task, timed
 
 from dreamshard.costs.backends import describe_costs
@@ -48,9 +47,9 @@ from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.coverage import outside_training
-from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners, named_planner
 from dreamshard.placement.suites import parse_suite_name, split_pool
 from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.planners.search import search_analytic_place
@@ -95,7 +94,7 @@ def model_for(args: argparse.Namespace) -> tuple[DreamShardModel, str]:
 
 
 def planners_for(model: DreamShardModel, backend: SimulatedBackend, torchrec: bool) -> dict:
-    planners = dict(PLANNERS)
+    planners = baseline_planners()
     planners["policy greedy"] = named_planner("dreamshard", model, samples=0)
     planners["dreamshard"] = named_planner("dreamshard", model)
     # the stock planner searches the cpu-gloo model; here it gets the topology being measured
@@ -103,7 +102,7 @@ def planners_for(model: DreamShardModel, backend: SimulatedBackend, torchrec: bo
         task, seed, backend=backend
     )
     if torchrec:
-        from dreamshard.planners.torchrec_planner import torchrec_place
+        from dreamshard.integrations.torchrec_planner import torchrec_place
 
         planners["torchrec"] = lambda task, seed: torchrec_place(task, seed, reserve=False)
     return planners
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> str:
     torchrec = not args.no_torchrec
     if torchrec:
         try:
-            from dreamshard.planners.torchrec_planner import require_torchrec
+            from dreamshard.integrations.torchrec_planner import require_torchrec
 
             require_torchrec()
         except DreamshardError as exc:

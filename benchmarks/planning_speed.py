@@ -21,11 +21,10 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from dreamshard.methods import place
-
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
+from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
@@ -120,7 +119,7 @@ def main() -> None:
             model = small_model(tmp)
             source = f"trained here on simulated cpu-50x4 in {time.perf_counter() - start:.0f} s"
 
-        from dreamshard.planners.torchrec_planner import torchrec_place
+        from dreamshard.integrations.torchrec_planner import torchrec_place
 
         start = time.perf_counter()
         try:

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-from dreamshard.methods import named_planner
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
@@ -28,7 +27,7 @@ from dreamshard.evaluation.models import train_for_run
 from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.train_config import COSTNET_ENCODERS, TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> str:
             models[name], trained = train_for_run(config, lambda line: print(line, flush=True))
             notes.append(trained)
         note = "; ".join(notes)
-    planners = dict(PLANNERS)
+    planners = baseline_planners()
     for name, model in models.items():
         planners["policy greedy" + name] = named_planner("dreamshard", model, samples=0)
         planners["dreamshard" + name] = named_planner("dreamshard", model)

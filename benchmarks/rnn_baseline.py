@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from dreamshard.methods import named_planner, resolve_model
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
@@ -35,10 +34,12 @@ from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.evaluation.rounds import geometric_mean
+from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.rnn import RnnPlacer, budget_note, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig, fair_config, policy_budget
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.heuristics import random_place
+from dreamshard.placement.registry import baseline_planners, method_names, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.planners.dreamshard_planner import predicted_overall
@@ -128,7 +129,7 @@ def baseline_rows(model, backend, evaluation, best: np.ndarray) -> list:
     column = {name: ratios[:, j] for j, name in enumerate(evaluation.planners)}
     tasks = evaluation.tasks
     random_mean = [
-        np.mean([backend.measure(t, PLANNERS["random"](t, s)).overall for s in range(EPISODES)])
+        np.mean([backend.measure(t, random_place(t, s)).overall for s in range(EPISODES)])
         for t in tasks
     ]
     generator = torch.Generator().manual_seed(0)
@@ -142,7 +143,7 @@ def baseline_rows(model, backend, evaluation, best: np.ndarray) -> list:
     return [
         ["random (seed 0)", interval_cell(column["random"])],
         [f"random, mean of {EPISODES} seeds", interval_cell(np.array(random_mean) / best)],
-        *([name, interval_cell(column[name])] for name in PLANNERS if name != "random"),
+        *([name, interval_cell(column[name])] for name in method_names("heuristic")),
         ["policy greedy", interval_cell(column["policy greedy"])],
         [f"policy sampled, mean of {EPISODES}", interval_cell(policy_sampled)],
     ]
@@ -168,7 +169,9 @@ def main(argv: list[str] | None = None) -> str:
     placers = train_placers(model, fair, args, say)
     backend = SimulatedBackend()
     tasks = make_suite(parse_suite_name(fair.suite, 1, args.tasks)).test_tasks
-    planners = dict(PLANNERS) | {"policy greedy": named_planner("dreamshard", model, samples=0)}
+    planners = baseline_planners() | {
+        "policy greedy": named_planner("dreamshard", model, samples=0)
+    }
     for name, (_, placer) in placers.items():
         planners[name] = lambda task, seed, placer=placer: rnn_place(task, placer, seed)
     evaluation = evaluate(tasks, planners, backend, rounds=1, seed=args.seed)

@@ -29,13 +29,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from dreamshard.methods import named_planner, resolve_model
-from dreamshard.planners.torchrec_planner import require_torchrec, torchrec_place
 from split_tables_figures import analyse, width_figures
 from split_tables_report import SPLIT, render
 
@@ -51,9 +48,11 @@ from dreamshard.evaluation.evaluate import distinct_items, evaluation_of, place_
 from dreamshard.evaluation.models import train_for_run
 from dreamshard.evaluation.report_files import write_report
 from dreamshard.evaluation.rounds import measure_costs, median_cv
+from dreamshard.integrations.torchrec_planner import require_torchrec
+from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.placement import heuristics
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.registry import TORCHREC, named_planner, registration
 from dreamshard.placement.splitting import balance_splits, memory_splits, split_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -80,7 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)  # small networks; the fbgemm CPU backward is serial anyway
     began = time.monotonic()
     planners = args.planners.split(",")
-    model, model_note = benchmark_model(args.model) if "dreamshard" in planners else (None, "")
+    needs_model = any(registration(p).needs_model for p in planners)
+    model, model_note = benchmark_model(args.model) if needs_model else (None, "")
     suites = [make_suite(parse_suite_name(s, 1, args.tasks)) for s in args.suites.split(",")]
     tasks = [t for s in suites for t in s.test_tasks]
     named, variants = named_planners(planners, args.rule_variants, model)
@@ -173,14 +173,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.backend == "simulated" and args.labels != "raw":
         parser.error("--backend simulated times no reference group: pass --labels raw")
     planners = args.planners.split(",")
-    if "torchrec" in planners:
+    external = [p for p in planners if TORCHREC in registration(p).needs]
+    if external:
         try:
             require_torchrec()
         except DreamshardError as exc:
             if args.planners != parser.get_default("planners"):
                 parser.error(str(exc))
             print(f"without TorchRec's rows: {exc}", flush=True)  # optional by default
-            planners.remove("torchrec")
+            planners = [p for p in planners if p not in external]
             args.planners = ",".join(planners)
     args.rule_variants = []  # (suffix, heuristic) of the proposals measured beside
     for suffix, option, default in (
@@ -200,9 +201,8 @@ def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dic
     split plan's name -> its `--split none` plan's name."""
     named, variants = {}, {}
     for method in planners:
-        make = torchrec_planner if method == "torchrec" else partial(named_planner, method, model)
-        named[method] = make(split="none")
-        named[method + SPLIT] = make(split="auto")
+        for suffix, split in (("", "none"), (SPLIT, "auto")):
+            named[method + suffix] = benchmark_planner(method, model, split)
         variants[method + SPLIT] = method
     rules = {UNCHECKED: unchecked_rule, ROW_SPLIT: row_rule}
     for suffix, method in rule_variants:
@@ -211,18 +211,21 @@ def named_planners(planners: list[str], rule_variants, model) -> tuple[dict, dic
     return named, variants
 
 
-def torchrec_planner(split: str):
-    """TorchRec's planner on our memory cap with no storage reservation (the memory our
-    planners get): table-wise under `split="none"`, its own column-/row-wise choice under
-    `"auto"`. Its refusal of a task is a TorchRecDeclined, which the benchmark counts."""
+def benchmark_planner(method: str, model, split: str):
+    """`method` under `split`, with no storage reservation (TorchRec's planner gets the memory
+    ours get). Another tool's planner (TorchRec's) may refuse a task: a TorchRecDeclined, which
+    the benchmark counts; ours never refuse a feasible task."""
+    plan = named_planner(method, model, split=split, reserve=False)
+    if registration(method).kind != "external":
+        return plan
 
-    def plan(task: PlacementTask, seed: int) -> Placement:
+    def declining(task: PlacementTask, seed: int) -> Placement:
         try:
-            return torchrec_place(task, seed, reserve=False, split=split)
+            return plan(task, seed)
         except DreamshardError as exc:
             raise TorchRecDeclined(str(exc)) from None
 
-    return plan
+    return declining
 
 
 def benchmark_model(given: str | None):
@@ -333,7 +336,7 @@ def row_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
 
 def place_splits(task: PlacementTask, method: str, seed: int, splits) -> Placement:
     """Heuristic `method`'s placement of the shards of `task` under `splits`."""
-    own = heuristics.PLANNERS[method]
+    own = named_planner(method)  # whole tables (or the shards it is handed)
     if not splits:
         return own(task, seed)
     return split_place(task, splits, lambda shards: own(shards, seed), method)

@@ -12,6 +12,7 @@ from dreamshard.evaluation.balance import device_figures, kernel_ms, tables_alon
 from dreamshard.evaluation.ratio_tables import placed_mean, ratio_range
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean
+from dreamshard.placement.registry import kind_of
 
 TARGET_BOUND_TASKS, TARGET_BOUND, TARGET_HEURISTIC = 0.92, 1.03, 0.95
 
@@ -199,7 +200,8 @@ def targets(results: dict, planners, variants) -> dict:
         "the best table-wise plan": [t for t in results["tasks"] if t["single_table_bound"]],
         "some table-wise plan": [t for t in results["tasks"] if t["single_table_bound_plans"]],
     }
-    judged = (["dreamshard"] if "dreamshard" in planners else []) + ["best split plan"]
+    learned = [p for p in planners if kind_of(p) == "learned"][:1]  # dreamshard by default
+    judged = [*learned, "best split plan"]
     for which, bound_tasks in sets.items():
         entry = found["bound_sets"][which] = {"tasks": [t["task"] for t in bound_tasks]}
         for name in judged:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dreamshard.methods import named_planner
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
@@ -23,7 +22,7 @@ from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import baseline_planners, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table
 
@@ -51,13 +50,14 @@ def main() -> None:
                 models[(label, seed)] = train(config, log=lambda *_: None)
     ratios = {label: {} for label, _ in variants}  # label: suite: ratios over tasks and seeds
     for s, suite_tasks in tasks.items():
-        planners = dict(PLANNERS) | {
+        baselines = baseline_planners()
+        planners = baselines | {
             f"{label} #{seed}": named_planner("dreamshard", model, samples=0)
             for (label, seed), model in models.items()
         }
         evaluation = evaluate(suite_tasks, planners, backend, rounds=1)  # exact: one round
         per_task = evaluation.ratios("per_task_best_heuristic")
-        for (label, _seed), j in zip(models, range(len(PLANNERS), len(planners))):
+        for (label, _seed), j in zip(models, range(len(baselines), len(planners))):
             ratios[label].setdefault(s, []).extend(per_task[:, j])
     rows = [
         [label, *(f"{geometric_mean(np.array(ratios[label][s])):.3f}" for s in SUITES)]

@@ -47,15 +47,6 @@ from pathlib import Path
 
 import numpy as np
 from dmp_calibration import calibrate, measure_kernels
-from dreamshard.costs.dmp import DmpBackend, StepConfig
-from dreamshard.methods import named_planner, resolve_model
-from dreamshard.planners.torchrec_planner import (
-    placement_from_sharding,
-    plan_with_torchrec,
-    quiet_torchrec,
-    torchrec_place,
-    torchrec_request,
-)
 from torchrec_e2e_figures import CLOCKS, HEURISTICS, balanced_bounds, summarize, task_record
 from torchrec_e2e_report import render
 
@@ -67,9 +58,18 @@ from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import distinct_items
 from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.evaluation.report_files import torchrec_version, write_report
+from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.torchrec_export import sharding_plan_to_dict
+from dreamshard.integrations.torchrec_planner import (
+    placement_from_sharding,
+    plan_with_torchrec,
+    quiet_torchrec,
+    torchrec_place,
+    torchrec_request,
+)
+from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
-from dreamshard.placement.heuristics import PLANNERS
+from dreamshard.placement.registry import named_planner, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.state import state_dir
@@ -166,7 +166,7 @@ def place_task(task: PlacementTask, model, device: str) -> dict[str, Placement |
         "torchrec_default": torchrec_default_plan(task, device),
     }
     for name in HEURISTICS:
-        plans[name] = PLANNERS[name](task, 0)
+        plans[name] = place(task, name, split="none")
     return plans
 
 

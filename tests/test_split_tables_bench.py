@@ -9,6 +9,7 @@ import pytest
 from conftest import load_benchmark
 
 from dreamshard.errors import DreamshardError
+from dreamshard.integrations import torchrec_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 
 pytest.importorskip("torchrec")
@@ -23,7 +24,7 @@ def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(
 ):
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
     script = load_benchmark("split_tables")
-    real, asked = script.torchrec_place, []
+    real, asked = torchrec_planner.torchrec_place, []
 
     def declines(task, seed=0, reserve=True, split="none"):
         """The second task, and the first one table-wise (as on dlrm tasks: TorchRec counts
@@ -33,7 +34,7 @@ def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(
             raise DreamshardError("torchrec's planner rejects this task (test)")
         return real(task, seed, reserve=reserve, split=split)
 
-    monkeypatch.setattr(script, "torchrec_place", declines)
+    monkeypatch.setattr(torchrec_planner, "torchrec_place", declines)  # what `torchrec` calls
     out = tmp_path / "split_tables"
     args = ["--backend", "simulated", "--labels", "raw", "--suites", SUITE, "--tasks", "2"]
     args += ["--rounds", "2", "--planners", "lookup,dreamshard,torchrec"]

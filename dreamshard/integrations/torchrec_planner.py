@@ -329,10 +329,10 @@ class TorchRecMethod(BasePlanner):
     name = "torchrec"
 
     def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return torchrec_place(task, options.seed, split=options.split)
+        return torchrec_place(task, options.seed, options.reserve, options.split)
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return torchrec_place(task, options.seed, split="none")
+        return torchrec_place(task, options.seed, options.reserve, split="none")
 
 
 TORCHREC = TorchRecMethod()

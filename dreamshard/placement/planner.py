@@ -36,7 +36,8 @@ class PlanOptions:
     its greedy one (0: greedy only). `split`: "auto" lets the planner split tables (its
     `splits`), "none" places whole tables, as the paper does. `time_budget`: seconds a
     planner that searches may spend (None: its own default). `constraints`: what the user
-    requires of the placement (None: nothing).
+    requires of the placement (None: nothing). `reserve`: False lets a planner that keeps
+    memory back of its own (TorchRec's storage reservation) plan on the whole cap, as ours do.
     """
 
     seed: int = 0
@@ -45,6 +46,7 @@ class PlanOptions:
     split: str = "auto"
     time_budget: float | None = None
     constraints: object = None
+    reserve: bool = True
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT_MODES:
