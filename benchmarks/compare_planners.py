@@ -39,8 +39,8 @@ The issue's targets are printed first, each with a bootstrap interval over tasks
 Writes the report (`--out`, printed too) with raw results beside it (.json, .csv).
 
 `--resume` goes on from where a killed run stopped, in a later session too: every placement is
-stored as it is made and every measurement under its round (`planners_store`), so a resumed run
-measures nothing twice (same options needed; without --resume the stores are emptied).
+stored as it is made and every measurement under its round (`evaluation.stored`), so a
+resumed run measures nothing twice (same options needed; without --resume the stores are emptied).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from planners_report import REFINED, render
-from planners_store import REFINE_ROUND, SEARCH_ROUND, PlanStore
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
@@ -65,8 +64,9 @@ from dreamshard.evaluation.models import rnn_for_run, train_for_run, trained_on
 from dreamshard.evaluation.refine import refine
 from dreamshard.evaluation.report_files import torchrec_version, write_evaluation, write_report
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.stored import Measurements
+from dreamshard.evaluation.stored import REFINE_ROUND, SEARCH_ROUND, Measurements, PlanStore
 from dreamshard.learn.model_file import DreamShardModel, load_model
+from dreamshard.learn.policy import single_table_costs as alone_costs
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig
@@ -166,9 +166,8 @@ def single_table_costs(model: DreamShardModel, task: PlacementTask) -> np.ndarra
     order the policy places tables in; floored at a thousandth of the largest (a head may go
     below zero for a tiny table).
     """
-    costnet = model.costnet
-    encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
-    costs = (costnet.device_costs(encoded).sum(-1) * costnet.scale).double().numpy()
+    features = torch.from_numpy(feature_matrix(task.tables))
+    costs = alone_costs(model.costnet, features)[1].astype(np.float64) * float(model.costnet.scale)
     return np.maximum(costs, 1e-3 * costs.max())
 
 
@@ -288,7 +287,8 @@ def run_benchmark(args: argparse.Namespace, log) -> Run:
     finally:
         dataset.close()
     evaluated = time.monotonic()
-    planned_now = stored_plan_seconds(evaluation, store)
+    planned_now = float(evaluation.plan_seconds.sum())  # this session's part of the evaluation
+    store.restore_seconds(evaluation)
     by_planner = evaluation.plan_seconds.sum(axis=0)
     searching_s = float(by_planner[evaluation.planners.index(BEST_KNOWN)])
     refining_s = float(by_planner[evaluation.planners.index(REFINED)])
@@ -308,19 +308,9 @@ def run_benchmark(args: argparse.Namespace, log) -> Run:
     return Run(evaluation, suites, model.metadata.get("suite", ""), notes, logs, seconds, counts)
 
 
-def stored_plan_seconds(evaluation: Evaluation, store: PlanStore) -> float:
-    """Each placement's planning time as stored with it (a resumed run planned some in an
-    earlier session); returns this session's planning time (its part of the evaluation)."""
-    planned_now = float(evaluation.plan_seconds.sum())
-    for t, task in enumerate(evaluation.tasks):
-        for j, name in enumerate(evaluation.planners):
-            evaluation.plan_seconds[t, j] = store.seconds[(task.name, name)]
-    return planned_now
-
-
 def run_stores(args: argparse.Namespace) -> tuple[PlanStore, CostDataset]:
     """This script's own placements and measurements, emptied unless --resume (drift: one run
-    compares; `planners_store` says what is kept)."""
+    compares; `evaluation.stored` says what is kept)."""
     folder = state_dir() / "compare_planners"
     folder.mkdir(parents=True, exist_ok=True)
     costs = folder / f"costs-{args.backend}.sqlite"

@@ -30,11 +30,9 @@ from feature_ablation import log, study_data
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import CostDataset
-from dreamshard.evaluation.costnet_study import HEADS, learned_heads, study_config
+from dreamshard.evaluation.costnet_study import HEADS, fitted_scores, learned_heads, study_config
 from dreamshard.files import write_text_atomic
-from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet
-from dreamshard.learn.train import fresh_state
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import format_table, markdown_table
@@ -46,15 +44,15 @@ def fit_and_score(
     """Held-out errors of a fresh network fitted on `data.train`; `prior` (suite, rows,
     placements, steps): first fitted on that simulated prior."""
     config = replace(study_config(data, seed, steps, loss), costnet_encoder=encoder)
-    state = fresh_state(config)
+    before = None
     if prior is not None:
         suite, rows, placements, prior_steps = prior
         prior_config = replace(config, pretrain=placements, pretrain_steps=prior_steps)
-        pretrain_costnet(state, prior_config, suite, rows, log=lambda *_: None)
-    fit_costnet(state, config, data.train)
-    errors = costnet_errors(state.costnet, data.held_out)
-    spearman, _ = spearman_within_tasks(state.costnet, data.held_out)
-    return {**errors, "spearman": spearman}
+
+        def before(state):
+            pretrain_costnet(state, prior_config, suite, rows, log=lambda *_: None)
+
+    return fitted_scores(config, data.train, data.held_out, before)
 
 
 def prior_for(args, data, size: int):

@@ -41,6 +41,7 @@ from dreamshard.evaluation.costnet_study import (
     HEADS,
     StudyData,
     dataset_data,
+    fitted_scores,
     learned_heads,
     modeled_comm,
     simulated_data,
@@ -49,8 +50,6 @@ from dreamshard.evaluation.costnet_study import (
 from dreamshard.evaluation.ratio_tables import paired_change
 from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.costnet_data import mask_features
-from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
-from dreamshard.learn.train import fresh_state
 from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
@@ -85,14 +84,10 @@ def fit_and_score(
     data: StudyData, removed: tuple[str, ...], seed: int, steps: int, loss: str
 ) -> dict:
     """A fresh cost network fitted without `removed`; its held-out errors."""
-    config = study_config(data, seed, steps, loss)
-    state = fresh_state(config)
-    fit_costnet(state, config, mask_features(data.train, removed))
-    held_out = mask_features(data.held_out, removed)
-    errors = costnet_errors(state.costnet, held_out)
-    spearman, tasks = spearman_within_tasks(state.costnet, held_out)
-    scores = {f"{head}_mape": errors[f"{head}_mape"] for head in HEADS}
-    return {**scores, "spearman": spearman, "spearman_tasks": tasks}
+    train, held_out = (mask_features(d, removed) for d in (data.train, data.held_out))
+    found = fitted_scores(study_config(data, seed, steps, loss), train, held_out)
+    keep = [f"{head}_mape" for head in HEADS] + ["spearman", "spearman_tasks"]
+    return {key: found[key] for key in keep}
 
 
 def zero_features(data: StudyData) -> set[str]:

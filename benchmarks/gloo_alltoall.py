@@ -2,80 +2,34 @@
 
 Run: .venv/bin/python benchmarks/gloo_alltoall.py [--procs 2 4]
 Prints the median time per message size and a latency-per-peer + bandwidth fit, the figures
-behind TOPOLOGIES["cpu-gloo"] in dreamshard/costs/comm.py.
+behind TOPOLOGIES["cpu-gloo"] in dreamshard/costs/comm.py. The timing program is
+`gpu_tasks/gloo_alltoall.py`, under torchrun.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 
+from dreamshard.costs.torchrun import run_job
+
 SIZES = (1_000, 100_000, 1_000_000, 4_000_000)  # fp32 elements sent to each peer
-
-
-def worker() -> None:
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(1)
-    for n in SIZES:
-        send, recv = torch.randn(n * world), torch.empty(n * world)
-        times = []
-        for _ in range(12):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_to_all_single(recv, send)
-            times.append(time.perf_counter() - start)
-        if rank == 0:
-            sent = n * 4 * (world - 1)
-            print(f"{world} {sent} {np.median(times[2:]) * 1000:.4f}", flush=True)
-    dist.destroy_process_group()
+REPEATS = 12  # per size; the first two are a warm-up
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        return worker()
     points = []
-    for procs in args.procs:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                f"--nproc_per_node={procs}",
-                "--master_addr=127.0.0.1",
-                f"--master_port={port}",
-                __file__,
-                "--worker",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
-        ).stdout
-        for line in out.split("\n"):
-            if line.strip():
-                world, sent, ms = line.split()
-                points.append((int(world), int(sent), float(ms)))
-                print(
-                    f"{world} processes: {int(sent) / 1e6:8.3f} MB sent per process "
-                    f"in {float(ms):8.3f} ms"
-                )
+    for world in args.procs:
+        job = {"sizes": list(SIZES), "repeats": REPEATS}
+        ranks = run_job("gpu_tasks.gloo_alltoall", world, job, threads=1)["ranks"]
+        for n, ms in zip(SIZES, ranks[0]["ms"]):
+            sent = n * 4 * (world - 1)
+            points.append((world, sent, ms))
+            print(f"{world} processes: {sent / 1e6:8.3f} MB sent per process in {ms:8.3f} ms")
     # ms = latency * (peers) + bytes / bandwidth
     a = np.array([[w - 1, s / 1e9 * 1000] for w, s, _ in points])
     y = np.array([ms for *_, ms in points])

@@ -32,18 +32,18 @@ import numpy as np
 import torch
 from scipy import stats
 
+from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.best_known import search_reference
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.models import given_or_trained
 from dreamshard.evaluation.ratio_tables import interval_cell, reference_rows
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean
-from dreamshard.learn.model_file import DreamShardModel, load_model
+from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import fast_rollout
-from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.registry import baseline_planners, named_planner, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -53,6 +53,9 @@ from dreamshard.planners.milp import MilpResult
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
 
+# what a model trained here may set (`dreamshard train`'s options)
+TRAINING = ("seed", "warm_start", "costnet_steps", "costnet_loss", "costnet_encoder")
+TRAINING += ("warm_start_devices", "lookahead")
 RESULTS = Path(__file__).parent / "results" / "learning_headroom.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
 COLUMNS = ("policy greedy", "dreamshard", "dreamshard_search", "search_analytic")
@@ -60,22 +63,9 @@ HEADLINE = " | ".join(["suite", *COLUMNS, "dreamshard vs reference", "floor", "S
 
 
 def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
-    if args.model:
-        model = load_model(args.model)
-        return model, f"{args.model} ({trained_on(model)})"
-    config = TrainConfig(
-        suite="cpu-50x4",
-        backend="simulated",
-        out=str(state_dir() / "learning_headroom" / "model"),
-        seed=args.seed,
-        warm_start=args.warm_start,
-        costnet_steps=args.costnet_steps,
-        costnet_loss=args.costnet_loss,
-        costnet_encoder=args.costnet_encoder,
-        lookahead=args.lookahead,
-        warm_start_devices=tuple(int(d) for d in args.warm_start_devices.split(",") if d),
-    )
-    return train_for_run(config, log)
+    out = str(state_dir() / "learning_headroom" / "model")
+    config = config_from(args, suite="cpu-50x4", backend="simulated", out=out)
+    return given_or_trained(args.model, config, log)
 
 
 def planners_for(
@@ -148,37 +138,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="time limit of the simulated cost model's MILP per task, whose placement joins "
         "the search reference and whose proven bound is the floor (0: none)",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--warm-start",
-        type=int,
-        default=TrainConfig.warm_start,
-        help="placements measured before training when no --model (simulated data is free)",
-    )
-    parser.add_argument("--costnet-steps", type=int, default=TrainConfig.costnet_steps)
-    parser.add_argument(
-        "--costnet-loss",
-        choices=COSTNET_LOSSES,
-        default=TrainConfig.costnet_loss,
-        help=f"the cost network's loss when no --model (default {TrainConfig.costnet_loss})",
-    )
-    parser.add_argument(
-        "--costnet-encoder",
-        choices=COSTNET_ENCODERS,
-        default=TrainConfig.costnet_encoder,
-        help=f"the cost network's design when no --model (default {TrainConfig.costnet_encoder})",
-    )
-    parser.add_argument(
-        "--warm-start-devices",
-        default="",
-        help="device counts the warm start cycles the training tasks through, e.g. 2,4,8",
-    )
-    parser.add_argument(
-        "--no-lookahead",
-        dest="lookahead",
-        action="store_false",
-        help="train the paper's policy, without the one-step lookahead (when no --model)",
-    )
+    training = parser.add_argument_group("the model trained when no --model (`dreamshard train`)")
+    training_options(training, TRAINING)
     parser.add_argument("--out", default=str(RESULTS))
     return parser.parse_args(argv)
 

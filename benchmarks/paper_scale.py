@@ -30,28 +30,28 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from planning_speed import SLACK, capped_task, scale_task, timed
+from planning_speed import scale_task, timed
 
+from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.balance import costliest_table_ms
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
-from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.models import given_or_trained
 from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.coverage import outside_training
-from dreamshard.learn.model_file import DreamShardModel, resolve_model
+from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.registry import baseline_planners, named_planner
-from dreamshard.placement.suites import parse_suite_name, split_pool
-from dreamshard.placement.tasks import PlacementTask, check_legal
+from dreamshard.placement.suites import SCALE_SLACK, pool_tasks
+from dreamshard.placement.tasks import check_legal
 from dreamshard.planners.search import search_analytic_place
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -65,32 +65,13 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def paper_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[PlacementTask]:
-    """All test-pool tables of each pool seed on each device count."""
-    tasks = []
-    for seed in pool_seeds:
-        spec = replace(parse_suite_name("dlrm-50x4"), pool_seed=seed)  # only the pool matters
-        _, test_pool = split_pool(spec)
-        for d in device_counts:
-            tasks.append(capped_task(test_pool, d, f"dlrm-{len(test_pool)}x{d}/pool {seed}"))
-    return tasks
-
-
 def model_for(args: argparse.Namespace) -> tuple[DreamShardModel, str]:
-    if args.model:
-        model = resolve_model(args.model)
-        return model, f"{args.model} ({trained_on(model)})"
-    config = TrainConfig(
-        suite=args.train_suite,
-        backend="simulated",
-        topology=TOPOLOGY,
-        out=str(state_dir() / "paper_scale" / "model"),
-        seed=args.seed,
-        warm_start=args.warm_start,
-        costnet_steps=args.costnet_steps,
+    out = str(state_dir() / "paper_scale" / "model")
+    config = config_from(
+        args, suite=args.train_suite, backend="simulated", topology=TOPOLOGY, out=out
     )
-    model, note = train_for_run(config, say)
-    return model, f"{note} (training half of pool seed 0)"
+    model, note = given_or_trained(args.model, config, say)
+    return model, note if args.model else f"{note} (training half of pool seed 0)"
 
 
 def planners_for(model: DreamShardModel, backend: SimulatedBackend, torchrec: bool) -> dict:
@@ -175,7 +156,7 @@ def speed_section(model: DreamShardModel, backend: SimulatedBackend, repeats: in
     return (
         f"## Speed: all {len(task.tables)} tables on {task.num_devices} devices\n\n"
         f"planning_speed's task (pool seed 0, cap {task.memory_cap_bytes / 2**30:.2f} GiB: "
-        f"the larger of {SLACK}x the even share and 1.02x the largest table), this run's "
+        f"the larger of {SCALE_SLACK}x the even share and 1.02x the largest table), this run's "
         f"model; median wall time of {repeats} runs after one untimed run, one torch thread. "
         "TorchRec's planner on the same task: `benchmarks/planning_speed.py` "
         "(`benchmarks/results/planning_speed.md`).\n\n```\n"
@@ -207,11 +188,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="device counts (default 16,32,64,128; 16 is a control)",
     )
     parser.add_argument("--train-suite", default="dlrm-50x8", help="default dlrm-50x8")
-    parser.add_argument("--warm-start", type=int, default=1000, help="default 1000")
-    parser.add_argument(
-        "--costnet-steps", type=int, default=1000, help="per iteration (default 1000)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    defaults = TrainConfig(warm_start=1000, costnet_steps=1000)  # the model trained here
+    training_options(parser, ("warm_start", "costnet_steps", "seed"), defaults)
     parser.add_argument("--no-torchrec", action="store_true", help="leave TorchRec's planner out")
     parser.add_argument("--speed-repeats", type=int, default=3, help="0: no speed section")
     parser.add_argument("--out", default=str(RESULTS))
@@ -236,7 +214,7 @@ def main(argv: list[str] | None = None) -> str:
         except DreamshardError as exc:
             say(f"TorchRec's planner left out: {exc}")
             torchrec = False
-    tasks = paper_tasks(args.pool_seeds, args.devices)
+    tasks = pool_tasks(args.pool_seeds, args.devices)
     say(f"placing {len(tasks)} tasks")
     evaluation = evaluate(
         tasks,
@@ -261,7 +239,8 @@ def main(argv: list[str] | None = None) -> str:
             "exact, one round. Tasks: the test half (428 tables) of the `dlrm` pool for pool "
             f"seeds {','.join(map(str, args.pool_seeds))} on "
             f"{', '.join(map(str, args.devices))} devices, fp16, caps by planning_speed's rule "
-            f"(the larger of {SLACK}x the even share and 1.02x the largest table; the largest "
+            f"(the larger of {SCALE_SLACK}x the even share and 1.02x the largest table; the "
+            "largest "
             f"table sets it in {largest_sets} of {len(tasks)} tasks, where memory binds little "
             "and another slack gives the same task). "
             f"Model: {model_note}. **Zero-shot**: {outside} of {len(tasks)} "

@@ -25,22 +25,14 @@ from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic
 from dreamshard.placement.registry import place
+from dreamshard.placement.suites import SCALE_SLACK, capped_task
 from dreamshard.placement.tasks import PlacementTask, check_legal
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
-from dreamshard.tables.table import Table
 
 RESULTS = Path(__file__).parent / "results" / "planning_speed.md"
-NUM_TABLES, NUM_DEVICES, SLACK = 856, 128, 1.3
+NUM_TABLES, NUM_DEVICES = 856, 128
 TARGET_RATIO, TARGET_SECONDS = 5.0, 2.0
-
-
-def capped_task(tables: list[Table], num_devices: int, name: str) -> PlacementTask:
-    """fp16, each device capped at SLACK x the even share or 1.02x the largest table."""
-    sizes = [t.bytes() for t in tables]
-    # 2% over the largest table: TorchRec counts its inputs and outputs too, and must fit it
-    cap = int(max(1.02 * max(sizes), SLACK * sum(sizes) / num_devices))
-    return PlacementTask(tuple(tables), num_devices, cap, name=name)
 
 
 def scale_task(seed: int) -> PlacementTask:
@@ -178,8 +170,8 @@ def report(task, results, source, import_seconds, repeats, note) -> str:
                 f"# Planning speed at data-set scale ({time.strftime('%Y-%m-%d')})",
                 f"Host: {hardware()}; {versions()}; {torchrec_versions()}. "
                 f"Task: {len(task.tables)} `dlrm` tables on {task.num_devices} devices, cap "
-                f"{task.memory_cap_bytes / 2**30:.2f} GiB each (the larger of {SLACK}x the even "
-                "share and 1.02x the largest table), fp16. "
+                f"{task.memory_cap_bytes / 2**30:.2f} GiB each (the larger of {SCALE_SLACK}x the "
+                "even share and 1.02x the largest table), fp16. "
                 f"Model: {source}. Median wall time of {repeats} runs after one untimed run, in "
                 f"process ({note}; TorchRec's import, {import_seconds:.1f} s, not counted). "
                 "Speed-up: TorchRec's time with the same caps divided by the planner's.",

@@ -27,17 +27,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.models import given_or_trained
 from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.evaluation.rounds import geometric_mean
-from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.rnn import RnnPlacer, budget_note, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig, fair_config, policy_budget
-from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.heuristics import random_place
 from dreamshard.placement.registry import baseline_planners, method_names, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -55,18 +54,9 @@ def quiet(_line: str) -> None:
 
 
 def model_for(args: argparse.Namespace, log):
-    if args.model:
-        model = resolve_model(args.model)
-        return model, f"{args.model} ({trained_on(model)})"
-    config = TrainConfig(
-        suite="cpu-50x4",
-        backend="simulated",
-        out=str(state_dir() / "rnn_baseline" / "model"),
-        seed=args.seed,
-        warm_start=args.warm_start,
-        costnet_steps=args.costnet_steps,
-    )
-    return train_for_run(config, log)
+    out = str(state_dir() / "rnn_baseline" / "model")
+    config = config_from(args, suite="cpu-50x4", backend="simulated", out=out)
+    return given_or_trained(args.model, config, log)
 
 
 @torch.no_grad()
@@ -155,9 +145,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--tasks", type=int, default=8, help="held-out tasks of the suite")
     parser.add_argument("--budgets", default="0,1,10", help="multiples of the policy's budget")
     parser.add_argument("--seeds", type=int, default=3, help="RNNs trained per budget")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warm-start", type=int, default=TrainConfig.warm_start)
-    parser.add_argument("--costnet-steps", type=int, default=TrainConfig.costnet_steps)
+    training_options(parser, ("seed", "warm_start", "costnet_steps"))  # a model trained here
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small networks: faster on one thread here

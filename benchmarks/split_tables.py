@@ -45,7 +45,7 @@ from dreamshard.costs.types import PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.balance import mean_loads, tables_alone
 from dreamshard.evaluation.evaluate import distinct_items, evaluation_of, place_all
-from dreamshard.evaluation.models import train_for_run
+from dreamshard.evaluation.models import CHAMPION_URI, champion_or_none, train_for_run
 from dreamshard.evaluation.report_files import write_report
 from dreamshard.evaluation.rounds import measure_costs, median_cv
 from dreamshard.integrations.torchrec_planner import require_torchrec
@@ -232,13 +232,9 @@ def benchmark_model(given: str | None):
     """The model `dreamshard` plans with, and a note saying which it is."""
     if given:
         return resolve_model(given), given
-    registry = state_dir() / "mlflow.db"
-    if registry.exists():
-        uri = "models:/dreamshard-policy@champion"
-        try:
-            return resolve_model(uri), f"{uri} ({registry})"
-        except DreamshardError:
-            pass
+    champion = champion_or_none()
+    if champion is not None:
+        return champion, f"{CHAMPION_URI} ({state_dir() / 'mlflow.db'})"
     trained = state_dir() / "quick_compare" / "model-fbgemm"
     if (trained / "model.pt").exists():
         return resolve_model(trained), f"{trained} (quick_compare's, trained on fbgemm cpu-50x4)"
@@ -310,9 +306,11 @@ def reference_per_round(full) -> list[float]:
 
 def rule_planner(method: str, rule):
     """Heuristic `method` placing the shards of the splits `rule(task, method)` gives."""
+    own = named_planner(method)  # whole tables, or the shards it is handed
 
     def plan(task: PlacementTask, seed: int) -> Placement:
-        return place_splits(task, method, seed, rule(task, method))
+        splits = rule(task, method)
+        return split_place(task, splits, lambda shards: own(shards, seed), method)
 
     return plan
 
@@ -332,14 +330,6 @@ def row_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
     return tuple(
         s if s in memory else Split(s.table, "row", s.parts) for s in unchecked_rule(task, method)
     )
-
-
-def place_splits(task: PlacementTask, method: str, seed: int, splits) -> Placement:
-    """Heuristic `method`'s placement of the shards of `task` under `splits`."""
-    own = named_planner(method)  # whole tables (or the shards it is handed)
-    if not splits:
-        return own(task, seed)
-    return split_place(task, splits, lambda shards: own(shards, seed), method)
 
 
 if __name__ == "__main__":

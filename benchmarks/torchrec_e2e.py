@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from dmp_calibration import calibrate, measure_kernels
 from torchrec_e2e_figures import CLOCKS, HEURISTICS, balanced_bounds, summarize, task_record
 from torchrec_e2e_report import render
 
@@ -56,27 +55,22 @@ from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp_proxy import step_terms
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import distinct_items
-from dreamshard.evaluation.models import train_for_run, trained_on
+from dreamshard.evaluation.models import CHAMPION_URI, champion_or_none, train_for_run, trained_on
 from dreamshard.evaluation.report_files import torchrec_version, write_report
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
-from dreamshard.integrations.torchrec_export import sharding_plan_to_dict
-from dreamshard.integrations.torchrec_planner import (
-    placement_from_sharding,
-    plan_with_torchrec,
-    quiet_torchrec,
-    torchrec_place,
-    torchrec_request,
-)
+from dreamshard.integrations.dmp_calibration import calibrate, measure_kernels
+from dreamshard.integrations.torchrec_export import torchrec_default_plan
+from dreamshard.integrations.torchrec_planner import torchrec_column_place, torchrec_place
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.registry import named_planner, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
+from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.state import state_dir
 from dreamshard.tables.traces import table_batch_size
 
 RESULTS = Path(__file__).parent / "results" / "torchrec_e2e.md"
-PROFILE_PROGRAM = str(Path(__file__).parent / "dmp_step_profile.py")
+PROFILE_PROGRAM = "gpu_tasks.dmp_step_profile"  # the torchrun program that profiles steps
 PROFILED = (
     "lookup",
     "dreamshard",
@@ -87,59 +81,6 @@ PROFILED = (
     "torchrec_split",
 )
 MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
-CHAMPION_URI = "models:/dreamshard-policy@champion"
-
-
-def torchrec_default_plan(task: PlacementTask, device: str) -> dict:
-    """TorchRec's plan with its defaults, in its JSON form (module path of the DMP model).
-
-    Its own topology for the device kind we train on (its default memory, not our cap), its
-    storage reservation, every sharding type and kernel it offers; only the pooling factors
-    (statistics, not constraints) and the per-rank batch come from the task.
-    """
-    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import (
-        EmbeddingShardingPlanner,
-        ParameterConstraints,
-        Topology,
-    )
-
-    request = torchrec_request(task)
-    constraints = {
-        t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in task.tables
-    }
-    with quiet_torchrec():
-        topology = Topology(world_size=task.num_devices, compute_device=device)
-        planner = EmbeddingShardingPlanner(
-            topology=topology, batch_size=request.batch_size, constraints=constraints
-        )
-        plan = planner.plan(request.module, [EmbeddingBagCollectionSharder()])
-    data = sharding_plan_to_dict(plan, "torchrec_default", task.name, task.num_devices)
-    data["plan"] = {MODULE_PATH: data["plan"][""]}
-    return data
-
-
-def torchrec_column_place(task: PlacementTask) -> Placement:
-    """TorchRec's planner on our cap without its reservation, allowed the sharding types
-    `dreamshard --split auto` uses where every table fits a device: table- and column-wise
-    (`torchrec_place(split="auto")` also offers row-wise)."""
-    request = torchrec_request(task, reserve=False, split="auto")
-    for constraint in request.constraints.values():
-        constraint.sharding_types = [k for k in constraint.sharding_types if k != "row_wise"]
-    plan = plan_with_torchrec(request)
-    placement = placement_from_sharding(task, plan.plan[""], "torchrec_cw")
-    check_legal(task, placement)
-    return placement
-
-
-def champion_or_none():
-    """The registered champion when the state folder's registry has one, else None."""
-    if not (state_dir() / "mlflow.db").exists() and not os.environ.get("MLFLOW_TRACKING_URI"):
-        return None
-    try:
-        return resolve_model(CHAMPION_URI)
-    except DreamshardError:
-        return None
 
 
 def dreamshard_model(args: argparse.Namespace):
@@ -163,7 +104,7 @@ def place_task(task: PlacementTask, model, device: str) -> dict[str, Placement |
         "torchrec_tw": torchrec_place(task, reserve=False),
         "torchrec_cw": torchrec_column_place(task),
         "torchrec_split": torchrec_place(task, reserve=False, split="auto"),
-        "torchrec_default": torchrec_default_plan(task, device),
+        "torchrec_default": torchrec_default_plan(task, device, MODULE_PATH),
     }
     for name in HEURISTICS:
         plans[name] = place(task, name, split="none")
@@ -306,7 +247,7 @@ def main(argv: list[str] | None = None) -> str:
 
 def step_profile(backend: DmpBackend, task: PlacementTask, plans: dict) -> dict:
     """Per plan of `PROFILED` (distinct ones), per rank: the median step and its self CPU time
-    by category (`dmp_step_profile.py`)."""
+    by category (`gpu_tasks/dmp_step_profile.py`)."""
     unique, index = distinct({n: plans[n] for n in PROFILED})
     names = [next(n for n in PROFILED if index[n] == i) for i in range(len(unique))]
     job = {**backend.job(task, unique, rounds=1), "names": names}

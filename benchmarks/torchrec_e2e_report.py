@@ -111,10 +111,8 @@ def calibration_text(calibration: dict) -> str:
     return (
         f"Fitted on designed plans of the training tasks {', '.join(calibration['tasks'])} "
         f"({calibration['rounds']} interleaved DMP rounds, {calibration['proxy_rounds']} proxy "
-        f"rounds; `benchmarks/dmp_calibration.py`), never on the held-out tasks below: "
-        + "; ".join(parts)
-        + ".\n\n"
-        + markdown_table(header, rows)
+        f"rounds; `dreamshard/integrations/dmp_calibration.py`), never on the held-out tasks "
+        "below: " + "; ".join(parts) + ".\n\n" + markdown_table(header, rows)
     )
 
 
@@ -202,7 +200,7 @@ def render(result: dict, argv: list[str] | None) -> str:
         lines += [
             "## Where a step's time goes",
             "Self CPU time per step of each rank's operators under the PyTorch profiler, by "
-            "category (`benchmarks/dmp_step_profile.py`: embedding kernels = fbgemm's fused "
+            "category (`gpu_tasks/dmp_step_profile.py`: embedding kernels = fbgemm's fused "
             "forward and backward with the optimizer, what the proxy times; collectives = "
             "TorchRec's all-to-alls of ids and pooled embeddings, the data-parallel all-reduce "
             "and their waits; other = TorchRec's and Python's own work per step). The profiler "

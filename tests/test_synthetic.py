@@ -2,70 +2,31 @@ import numpy as np
 import pytest
 
 from dreamshard.tables.synthetic import (
+    DATASET_ACCESS,
+    DATASET_ACCESSES_PER_ROW,
+    DATASET_POOLING,
+    DATASET_UNIQUE,
     DIMS,
     PROFILES,
     _bin_edges,
-    draw_table,
-    expected_histogram,
+    aggregate,
     generate_tables,
     generate_trace,
 )
 from dreamshard.tables.table import NUM_BINS, table_from_trace
 
-# The public data set's aggregate statistics (its locality_stats.txt; docs/tables.md)
-DATASET_UNIQUE = [0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001] + [0.0] * 7
-DATASET_ACCESS = [
-    0.069,
-    0.044,
-    0.068,
-    0.101,
-    0.121,
-    0.104,
-    0.073,
-    0.058,
-    0.052,
-    0.050,
-    0.049,
-    0.048,
-    0.048,
-    0.043,
-    0.031,
-    0.023,
-    0.019,
-]
-
-
-def aggregate(profile: str, num_tables: int):
-    prof = PROFILES[profile]
-    unique = np.zeros(NUM_BINS)
-    access = np.zeros(NUM_BINS)
-    pooling = []
-    for i in range(num_tables):
-        draw = draw_table(prof, 0, i)
-        _, u, a = expected_histogram(draw.rows, draw.alpha, prof.batch_size * draw.pooling_factor)
-        unique += u
-        access += a
-        pooling.append(draw.pooling_factor)
-    return (
-        unique / unique.sum(),
-        access / access.sum(),
-        float(np.mean(pooling)),
-        access.sum() / unique.sum(),
-    )
-
 
 def test_generator_matches_the_data_set_aggregates():
-    unique, access, pooling, per_row = aggregate("dlrm", 856)
-    assert np.abs(unique - DATASET_UNIQUE).sum() < 0.10
-    assert np.abs(access - DATASET_ACCESS).sum() < 0.25
-    assert pooling == pytest.approx(15.8, rel=0.10)
-    assert per_row == pytest.approx(6.9, rel=0.25)
+    found = aggregate("dlrm", 856)
+    assert np.abs(found.unique - DATASET_UNIQUE).sum() < 0.10
+    assert np.abs(found.access - DATASET_ACCESS).sum() < 0.25
+    assert found.pooling == pytest.approx(DATASET_POOLING, rel=0.10)
+    assert found.accesses_per_row == pytest.approx(DATASET_ACCESSES_PER_ROW, rel=0.25)
 
 
 def test_cpu_profile_keeps_the_histogram_shape():
-    dlrm_unique, *_ = aggregate("dlrm", 300)
-    cpu_unique, *_ = aggregate("cpu", 300)
-    assert np.abs(dlrm_unique - cpu_unique).sum() < 0.15
+    dlrm, cpu = aggregate("dlrm", 300), aggregate("cpu", 300)
+    assert np.abs(dlrm.unique - cpu.unique).sum() < 0.15
 
 
 def test_tables_are_deterministic_and_realistic():

@@ -13,32 +13,13 @@ from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, LABELS, TrainConfig
 
 
-def reinforce_options(parser: argparse.ArgumentParser, defaults) -> None:
-    """--learning-rate and --entropy-weight, shared by the policy's and the RNN's training."""
-    parser.add_argument(
-        "--learning-rate",
-        dest="learning_rate",
-        type=positive(float),
-        default=defaults.learning_rate,
-        help=f"Adam, decaying linearly (default {defaults.learning_rate:g})",
-    )
-    parser.add_argument(
-        "--entropy-weight",
-        dest="entropy_weight",
-        type=float,
-        default=defaults.entropy_weight,
-        help=f"default {defaults.entropy_weight:g}",
-    )
-
-
 def cmd_train(args: argparse.Namespace) -> None:
     from dreamshard.learn.train import train
 
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     if args.costnet_only:
-        fit_costnet_only(TrainConfig(**values), args.holdout)
+        fit_costnet_only(config_from(args), args.holdout)
         return
-    train(TrainConfig(**values))
+    train(config_from(args))
 
 
 def fit_costnet_only(config: TrainConfig, holdout: float) -> None:
@@ -64,111 +45,124 @@ def fit_costnet_only(config: TrainConfig, holdout: float) -> None:
     )
 
 
+def device_counts(text: str) -> tuple[int, ...]:
+    """An argparse type: device counts such as 2,4,8 (empty: none)."""
+    return tuple(positive(int)(x) for x in text.split(",") if x)
+
+
+# `dreamshard train`'s options, one per TrainConfig field: argparse's settings but the default,
+# which is the config's (the benchmarks that train a model take some of them, `training_options`)
+COUNTS = (
+    ("iterations", "alternating iterations"),
+    ("placements_per_iteration", "placements measured per iteration"),
+    ("costnet_steps", "cost-network steps per iteration"),
+    ("costnet_batch", "cost-network batch"),
+    ("policy_updates", "policy updates per iteration"),
+    ("episodes", "episodes per policy update"),
+    ("warm_start", "heuristic and random placements measured first (0: none)"),
+    (
+        "warm_start_split",
+        "placements of split tables measured in the warm start too (0: none), so the cost "
+        "network has seen the shards --split auto weighs (collect --mix split)",
+    ),
+    (
+        "pretrain",
+        "on real hardware, placements labelled by the simulated backend (scaled to this host) "
+        "that the cost network is fitted on first (0: none)",
+    ),
+    ("pretrain_steps", "cost-network steps on those"),
+    ("train_tasks", "training tasks of the suite"),
+)
+MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain")
+TRAIN_OPTIONS: dict[str, dict] = {
+    "suite": {"help": "suite"},
+    "backend": {
+        "choices": ["fbgemm", "simulated"],
+        "help": "where placements are measured",
+    },
+    "out": {"help": "run folder"},
+    "seed": {"type": int},
+    **{
+        name: {"type": int if name in MAY_BE_ZERO else positive(int), "help": text}
+        for name, text in COUNTS
+    },
+    "costnet_loss": {
+        "choices": COSTNET_LOSSES,
+        "help": "the cost network's loss: mse on costs scaled by the median cost (the paper's), "
+        "relative (squared relative error) or log (squared error of log costs)",
+    },
+    "costnet_encoder": {
+        "choices": COSTNET_ENCODERS,
+        "help": "the cost network's design: relu (the paper's table encoder), exp (positive "
+        "table encodings whose per-table costs add up on a device) or hybrid (exp learning a "
+        "residual on top of the calibrated analytic model; real hardware only) or quantities "
+        "(exp whose tables also carry their lookups, lookup volume, touched rows and width, "
+        "weighed by what it learns; docs/learning.md)",
+    },
+    "labels": {
+        "choices": LABELS,
+        "help": "the cost network's labels: raw costs, or normalised by the reference group "
+        "timed with each fbgemm measurement, so labels from different runs agree (per-term: "
+        "the forward and backward each by the reference's own); measurements without one are "
+        "left out",
+    },
+    "learning_rate": {"type": positive(float), "help": "Adam, decaying linearly"},
+    "entropy_weight": {"type": float},
+    "warm_start_devices": {
+        "type": device_counts,
+        "help": "device counts the warm start cycles the training tasks through, e.g. 2,4,8",
+    },
+    "table_aware": {
+        "action": "store_true",
+        "help": "also give the policy the features of the table being placed",
+    },
+    "lookahead": {
+        "flag": "--no-lookahead",
+        "action": "store_false",
+        "help": "train the paper's policy, without the cost network's one-step lookahead among "
+        "its inputs (how much higher the predicted overall would be with the table on each "
+        "device than on the best one)",
+    },
+    "topology": {
+        "choices": ["auto", *TOPOLOGIES],
+        "help": "all-to-all model where it is not measured (auto: cpu-gloo on the simulated "
+        "backend, the device's own on fbgemm)",
+    },
+    "measure_iterations": {"type": positive(int), "help": "fbgemm timed iterations per device"},
+}
+
+
+def training_options(
+    parser: argparse.ArgumentParser, names=tuple(TRAIN_OPTIONS), defaults=None
+) -> None:
+    """`dreamshard train`'s options for the TrainConfig fields `names`, with `defaults`' values
+    (a TrainConfig; default the config's own)."""
+    defaults = defaults or TrainConfig()
+    for name in names:
+        settings = dict(TRAIN_OPTIONS[name])
+        flag = settings.pop("flag", f"--{name.replace('_', '-')}")
+        value = getattr(defaults, name)
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+        shown = "none" if value is None or value == () else shown
+        if settings.get("action") is None:
+            text = settings.get("help", "")
+            settings["help"] = f"{text} (default {shown})" if text else f"default {shown}"
+        parser.add_argument(flag, dest=name, default=value, **settings)
+
+
+def config_from(args: argparse.Namespace, **fixed) -> TrainConfig:
+    """The TrainConfig of the options `args` holds (`training_options`), and `fixed`."""
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    return TrainConfig(**{**given, **fixed})
+
+
 def add_train_command(sub) -> None:
-    defaults = TrainConfig()
     tr = sub.add_parser(
         "train",
         help="train the cost network and the policy (alternating, as DreamShard); resumes "
         "from DIR/checkpoint.pt after a crash",
     )
-    tr.add_argument("--suite", default=defaults.suite, help=f"suite (default {defaults.suite})")
-    tr.add_argument(
-        "--backend",
-        choices=["fbgemm", "simulated"],
-        default=defaults.backend,
-        help="where placements are measured (default fbgemm)",
-    )
-    tr.add_argument("--out", default=defaults.out, help=f"run folder (default {defaults.out})")
-    tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
-    for name, help_text in (
-        ("iterations", "alternating iterations"),
-        ("placements_per_iteration", "placements measured per iteration"),
-        ("costnet_steps", "cost-network steps per iteration"),
-        ("costnet_batch", "cost-network batch"),
-        ("policy_updates", "policy updates per iteration"),
-        ("episodes", "episodes per policy update"),
-        ("warm_start", "heuristic and random placements measured first (0: none)"),
-        (
-            "warm_start_split",
-            "placements of split tables measured in the warm start too (0: none), so the "
-            "cost network has seen the shards --split auto weighs (collect --mix split)",
-        ),
-        (
-            "pretrain",
-            "on real hardware, placements labelled by the simulated backend (scaled to this "
-            "host) that the cost network is fitted on first (0: none)",
-        ),
-        ("pretrain_steps", "cost-network steps on those"),
-        ("train_tasks", "training tasks of the suite"),
-    ):
-        value = getattr(defaults, name)
-        tr.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            type=positive(int)
-            if name not in ("warm_start", "warm_start_split", "pretrain")
-            else int,
-            default=value,
-            help=f"{help_text} (default {value})",
-        )
-    tr.add_argument(
-        "--costnet-loss",
-        dest="costnet_loss",
-        choices=COSTNET_LOSSES,
-        default=defaults.costnet_loss,
-        help="the cost network's loss: mse on costs scaled by the median cost (the paper's), "
-        "relative (squared relative error) or log (squared error of log costs) "
-        f"(default {defaults.costnet_loss})",
-    )
-    tr.add_argument(
-        "--costnet-encoder",
-        dest="costnet_encoder",
-        choices=COSTNET_ENCODERS,
-        default=defaults.costnet_encoder,
-        help="the cost network's design: relu (the paper's table encoder), exp (positive "
-        "table encodings whose per-table costs add up on a device) or hybrid (exp learning a "
-        "residual on top of the calibrated analytic model; real hardware only) or quantities "
-        "(exp whose tables also carry their lookups, lookup volume, touched rows and width, "
-        f"weighed by what it learns; docs/learning.md) (default {defaults.costnet_encoder})",
-    )
-    tr.add_argument(
-        "--labels",
-        choices=LABELS,
-        default=defaults.labels,
-        help="the cost network's labels: raw costs, or normalised by the reference group timed "
-        "with each fbgemm measurement, so labels from different runs agree (per-term: the "
-        "forward and backward each by the reference's own); measurements without one are "
-        f"left out (default {defaults.labels})",
-    )
-    reinforce_options(tr, defaults)
-    tr.add_argument(
-        "--table-aware",
-        dest="table_aware",
-        action="store_true",
-        help="also give the policy the features of the table being placed",
-    )
-    tr.add_argument(
-        "--no-lookahead",
-        dest="lookahead",
-        action="store_false",
-        default=defaults.lookahead,
-        help="train the paper's policy, without the cost network's one-step lookahead among "
-        "its inputs (how much higher the predicted overall would be with the table on each "
-        "device than on the best one)",
-    )
-    tr.add_argument(
-        "--topology",
-        choices=["auto", *TOPOLOGIES],
-        default=defaults.topology,
-        help="all-to-all model where it is not measured (default auto: cpu-gloo on the "
-        "simulated backend, the device's own on fbgemm)",
-    )
-    tr.add_argument(
-        "--measure-iterations",
-        dest="measure_iterations",
-        type=positive(int),
-        help="fbgemm timed iterations per device (default 15)",
-    )
+    training_options(tr)
     tr.add_argument(
         "--costnet-only",
         dest="costnet_only",
@@ -245,6 +239,6 @@ def add_train_rnn_command(sub) -> None:
             default=getattr(defaults, name),
             help=help_text,
         )
-    reinforce_options(tr, defaults)
+    training_options(tr, ("learning_rate", "entropy_weight"), defaults)
     tr.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     tr.set_defaults(func=cmd_train_rnn)

@@ -1,4 +1,4 @@
-"""Evaluation: planners placed on tasks, measured in interleaved rounds, compared.
+"""Stage 7, evaluation: planners placed on tasks, measured in interleaved rounds, compared.
 
 `rounds` (interleaved measurement, paired ratios, geometric means, bootstrap intervals),
 `evaluate` (the one evaluation: every planner on every task, measured in rounds; used by the
@@ -8,7 +8,7 @@ heuristic, the per-task best heuristic, the best known and every ratio to them),
 For the benchmarks' reports: `ratio_tables` (a ratio's cells: mean with its range or interval,
 [k/n]), `report_files` (the markdown, its JSON and CSV, the host line), `models` (a model
 trained for a run, in words), `best_known` (a task's best known placement by measured search),
-`stored` (a run's measurements kept per purpose, so a resumed run reads them back), `balance`
+`stored` (a run's measurements and plans, kept so a resumed run reads them back), `balance`
 (a measured plan's mean device load and the bounds beside it), `medians` (labels as medians of
 an evaluation's rounds), `costnet_study` (held-out data for judging a cost network).
 May import: tracking and every stage below.

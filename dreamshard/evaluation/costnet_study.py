@@ -19,6 +19,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.costnet_data import Example, load_examples
+from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, spearman_within_tasks
 from dreamshard.learn.train import fresh_state
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -125,3 +126,19 @@ def modeled_comm(data: StudyData) -> dict | None:
 def learned_heads(data: StudyData) -> tuple[str, ...]:
     """The heads a network fitted on this data learns (all but a modeled bwd_comm)."""
     return tuple(h for h in HEADS if not (h == "bwd_comm" and modeled_comm(data)))
+
+
+def fitted_scores(config: TrainConfig, train: list, held_out: list, before=None) -> dict:
+    """A fresh cost network fitted on `train` with `config`'s settings (after `before(state)`,
+    a prior fit, when given); its held-out errors, Spearman rank correlation within tasks and
+    how many tasks that is over (`spearman_tasks`)."""
+    state = fresh_state(config)
+    if before is not None:
+        before(state)
+    fit_costnet(state, config, train)
+    spearman, tasks = spearman_within_tasks(state.costnet, held_out)
+    return {
+        **costnet_errors(state.costnet, held_out),
+        "spearman": spearman,
+        "spearman_tasks": tasks,
+    }

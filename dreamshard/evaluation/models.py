@@ -3,17 +3,20 @@ model, an RNN placer against its cost network), and the sentence its report says
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.errors import DreamshardError
+from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, save_rnn, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import train
 from dreamshard.learn.train_config import TrainConfig
+from dreamshard.state import state_dir
 
 
 def trained_on(model: DreamShardModel) -> str:
@@ -42,6 +45,31 @@ def training_note(config: TrainConfig) -> str:
         f"{config.costnet_encoder} cost-network design, "
         f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, seed {config.seed}"
     )
+
+
+CHAMPION_URI = "models:/dreamshard-policy@champion"
+
+
+def champion_or_none() -> DreamShardModel | None:
+    """The registered champion when the tracking store (the state folder's, or
+    $MLFLOW_TRACKING_URI) has one, else None."""
+    if not (state_dir() / "mlflow.db").exists() and not os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    try:
+        return resolve_model(CHAMPION_URI)
+    except DreamshardError:
+        return None
+
+
+def given_or_trained(
+    given: str | None, config: TrainConfig, log: Callable[[str], None], fresh: bool = True
+) -> tuple[DreamShardModel, str]:
+    """The model `given` names (a model file, a `train --out` folder or an MLflow URI) and
+    what it was trained on; without one, a model trained by this run (`train_for_run`)."""
+    if given:
+        model = resolve_model(given)
+        return model, f"{given} ({trained_on(model)})"
+    return train_for_run(config, log, fresh)
 
 
 def train_for_run(

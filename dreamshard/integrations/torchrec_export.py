@@ -28,7 +28,9 @@ from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json, write_json_atomic
 from dreamshard.integrations.torchrec_planner import (
     placement_from_sharding,
+    quiet_torchrec,
     require_torchrec,
+    torchrec_request,
     torchrec_row_bounds,
 )
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
@@ -247,4 +249,33 @@ def check_plan_dict(data: Any) -> dict[str, Any]:
                     raise DreamshardError(
                         f"table {name!r} has a shard without offsets, sizes and placement"
                     )
+    return data
+
+
+def torchrec_default_plan(task: PlacementTask, device: str, module_path: str) -> dict:
+    """TorchRec's plan with its defaults, in its JSON form, for a collection at `module_path`.
+
+    Its own topology for the device kind we train on (its default memory, not our cap), its
+    storage reservation, every sharding type and kernel it offers; only the pooling factors
+    (statistics, not constraints) and the per-rank batch come from the task.
+    """
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import (
+        EmbeddingShardingPlanner,
+        ParameterConstraints,
+        Topology,
+    )
+
+    request = torchrec_request(task)
+    constraints = {
+        t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in task.tables
+    }
+    with quiet_torchrec():
+        topology = Topology(world_size=task.num_devices, compute_device=device)
+        planner = EmbeddingShardingPlanner(
+            topology=topology, batch_size=request.batch_size, constraints=constraints
+        )
+        plan = planner.plan(request.module, [EmbeddingBagCollectionSharder()])
+    data = sharding_plan_to_dict(plan, "torchrec_default", task.name, task.num_devices)
+    data["plan"] = {module_path: data["plan"][""]}
     return data

@@ -322,6 +322,19 @@ def torchrec_place(
     return placement
 
 
+def torchrec_column_place(task: PlacementTask) -> Placement:
+    """TorchRec's planner on our cap without its reservation, allowed the sharding types
+    `dreamshard --split auto` uses where every table fits a device: table- and column-wise
+    (`torchrec_place(split="auto")` also offers row-wise)."""
+    request = torchrec_request(task, reserve=False, split="auto")
+    for constraint in request.constraints.values():
+        constraint.sharding_types = [k for k in constraint.sharding_types if k != "row_wise"]
+    plan = plan_with_torchrec(request)
+    placement = placement_from_sharding(task, plan.plan[""], "torchrec_cw")
+    check_legal(task, placement)
+    return placement
+
+
 class TorchRecMethod(BasePlanner):
     """`--method torchrec`: TorchRec decides its own splits under `split="auto"`, so this
     planner answers `place` whole rather than through `splits` and `place_tables`."""

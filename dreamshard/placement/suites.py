@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -210,3 +210,28 @@ def load_suite(path: str | Path) -> Suite:
         tuple(task("train", i, r) for i, r in enumerate(suite.train)),
         tuple(task("test", i, r) for i, r in enumerate(suite.test)),
     )
+
+
+# Tasks at the paper's scale (hundreds of tables, 16-128 devices): every table of a pool, each
+# device capped at SCALE_SLACK x the even share, or 1.02x the largest table where that is more
+# (TorchRec counts a table's inputs and outputs too, and must fit it).
+SCALE_SLACK = 1.3
+
+
+def capped_task(tables: list[Table], num_devices: int, name: str) -> PlacementTask:
+    """The tables on `num_devices` devices at fp16, each capped as SCALE_SLACK says."""
+    sizes = [t.bytes() for t in tables]
+    cap = int(max(1.02 * max(sizes), SCALE_SLACK * sum(sizes) / num_devices))
+    return PlacementTask(tuple(tables), num_devices, cap, name=name)
+
+
+def pool_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[PlacementTask]:
+    """The dlrm test pool of each pool seed (428 tables no suite of that seed trains on) on
+    each device count (`capped_task`)."""
+    tasks = []
+    for seed in pool_seeds:
+        spec = replace(parse_suite_name("dlrm-50x4"), pool_seed=seed)  # only the pool matters
+        _, test_pool = split_pool(spec)
+        for d in device_counts:
+            tasks.append(capped_task(test_pool, d, f"dlrm-{len(test_pool)}x{d}/pool {seed}"))
+    return tasks

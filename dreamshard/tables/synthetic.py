@@ -191,3 +191,37 @@ def trace_from_statistics(
     shift = int(rng.integers(draw.rows))
     indices = (ranks * _SCATTER_PRIME + shift) % draw.rows
     return indices, offsets
+
+
+# The public data set's aggregate statistics (its locality_stats.txt; docs/tables.md): per
+# histogram bin, the share of unique rows and the share of accesses; the mean pooling factor
+# and the mean accesses per unique row. The generator is calibrated against these.
+DATASET_UNIQUE = (0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001, 0.001)
+DATASET_UNIQUE += (0.0,) * (NUM_BINS - len(DATASET_UNIQUE))
+DATASET_ACCESS = (0.069, 0.044, 0.068, 0.101, 0.121, 0.104, 0.073, 0.058, 0.052, 0.050)
+DATASET_ACCESS += (0.049, 0.048, 0.048, 0.043, 0.031, 0.023, 0.019)
+DATASET_POOLING, DATASET_ACCESSES_PER_ROW = 15.8, 6.9
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What `num_tables` generated tables look like in all, as the data set's statistics."""
+
+    unique: np.ndarray  # [NUM_BINS] share of unique rows per histogram bin
+    access: np.ndarray  # [NUM_BINS] share of accesses per bin
+    pooling: float  # mean pooling factor
+    accesses_per_row: float  # mean accesses per unique row
+
+
+def aggregate(profile_name: str, num_tables: int, seed: int = 0) -> Aggregate:
+    """The expected aggregate statistics of a profile's first `num_tables` tables."""
+    profile = get_profile(profile_name)
+    unique, access, pooling = np.zeros(NUM_BINS), np.zeros(NUM_BINS), []
+    for i in range(num_tables):
+        draw = draw_table(profile, seed, i)
+        lookups = profile.batch_size * draw.pooling_factor
+        _, u, a = expected_histogram(draw.rows, draw.alpha, lookups)
+        unique, access = unique + u, access + a
+        pooling.append(draw.pooling_factor)
+    per_row = float(access.sum() / unique.sum())
+    return Aggregate(unique / unique.sum(), access / access.sum(), float(np.mean(pooling)), per_row)

@@ -1,6 +1,6 @@
 """Fits the DMP step model's constants (`dreamshard/costs/dmp_proxy.py`) on measurements.
 
-`torchrec_e2e.py` calls `calibrate` before it judges any held-out plan: on the suite's
+`benchmarks/torchrec_e2e.py` calls `calibrate` before it judges any held-out plan: on the suite's
 *training* tasks (never the held-out ones it reports), designed plans that vary what the
 fitted constants scale with are timed by the fbgemm proxy (each rank's fused kernels) and in
 real DMP steps, and `fit_step_model` fits the kernel scale, the per-step constant, the cost of

@@ -1,6 +1,6 @@
 """Where a DMP training step's time goes: the program `torchrec_e2e.py --profile` runs.
 
-    torchrun --nproc_per_node D benchmarks/dmp_step_profile.py --job job.json --out result.json
+    torchrun --nproc_per_node D -m gpu_tasks.dmp_step_profile --job job.json --out result.json
 
 The job is a `dmp` backend job (`dreamshard/integrations/dmp_backend.py`) with the plans' names
 beside it. Each rank builds each plan's training model exactly as `gpu_tasks/dmp_step.py`
