@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dreamshard.evaluation.rounds import geometric_mean
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.registry import method_names
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.tables.shards import Split
 from dreamshard.tables.sources import table_from_record, table_to_dict
@@ -42,7 +42,9 @@ class Evaluation:
 
     @property
     def heuristics(self) -> list[str]:
-        return [p for p in self.planners if p in HEURISTIC_KEYS]
+        """The planners that are registered heuristics: what the references are made of."""
+        heuristics = method_names("heuristic")
+        return [p for p in self.planners if p in heuristics]
 
     def mean_costs(self) -> np.ndarray:
         """[task, planner]: mean cost over rounds (NaN where declined)."""
