@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from planning_speed import scale_task, timed
+from planning_speed import timed
 
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
@@ -50,11 +50,12 @@ from dreamshard.learn.coverage import outside_training
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.registry import baseline_planners, named_planner
-from dreamshard.placement.suites import SCALE_SLACK, pool_tasks
+from dreamshard.placement.suites import SCALE_SLACK, capped_task, pool_tasks
 from dreamshard.placement.tasks import check_legal
 from dreamshard.planners.search import search_analytic_place
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
+from dreamshard.tables.synthetic import generate_tables
 
 RESULTS = Path(__file__).parent / "results" / "paper_scale.md"
 TOPOLOGY = "nvlink"
@@ -142,7 +143,7 @@ def device_sections(
 
 def speed_section(model: DreamShardModel, backend: SimulatedBackend, repeats: int) -> str:
     """Wall time per planner on all 856 tables on 128 devices (planning_speed's task)."""
-    task = scale_task(0)
+    task = capped_task(generate_tables("dlrm", 856, 0), 128, "dlrm-856x128")
     planners = {
         "dreamshard greedy (samples=0)": named_planner("dreamshard", model, samples=0),
         "dreamshard (default)": named_planner("dreamshard", model),

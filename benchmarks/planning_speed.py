@@ -1,63 +1,69 @@
-"""Planning speed at data-set scale: our policy against TorchRec's planner, 856 tables on 128 GPUs.
+"""Planning speed at scale: each planner's time and peak memory beside TorchRec's planner.
 
 Run: .venv/bin/python benchmarks/planning_speed.py [--model RUN/model.pt] [--repeats 3]
 
-All 856 tables of the `dlrm` profile pool on 128 devices, each capped at 1.3x the even share
-or 1.02x the largest table, whichever is more (here the largest table sets it). Without --model
-a small model is trained first on the simulated backend (the networks' sizes, not their
-training, set the speed). Each planner runs once untimed (imports, first allocations), then
-`--repeats` times; the median wall time is reported. TorchRec is asked twice: with its own
-storage reservation (what its users run, which may reject the task) and with none, the same
-memory our planners get. Writes benchmarks/results/planning_speed.md.
+Tasks (`placement.suites.SPEED_TASKS`): 856 and 10,000 dlrm tables (seed 7) on 128 devices of
+8 GiB and on 1,024 of 16 GiB, where the balance rule splits dozens of tables. Each planner runs
+in a process of its own, as `dreamshard place` does: it loads the tables (and the model),
+plans once untimed, then `--repeats` times; the median in-process time is reported, with the
+process's peak resident memory (`ru_maxrss`, what `/usr/bin/time -f %M` reports). Planners:
+the four heuristics with `--split auto` and `dreamshard` as a user runs it (8 samples, `--split
+auto`), all under their default time budget (`placement.budget`), and TorchRec's planner on
+the same caps without its reservation, table-wise and with every sharding type it has. Without
+--model a small model is trained first on the simulated backend (`SPEED_MODEL`, in
+.dreamshard/planning_speed/model: the networks' sizes, not their training, set the speed).
+Writes benchmarks/results/planning_speed.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
-import tempfile
+import subprocess
+import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dreamshard.costs.dataset import hardware, versions
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.models import given_or_trained
 from dreamshard.files import write_text_atomic
-from dreamshard.placement.registry import place
-from dreamshard.placement.suites import SCALE_SLACK, capped_task
-from dreamshard.placement.tasks import PlacementTask, check_legal
+from dreamshard.learn.train_config import TrainConfig
+from dreamshard.placement.budget import default_time_budget
+from dreamshard.placement.registry import kind_of, method_names, place, registration
+from dreamshard.placement.suites import SPEED_TASKS, speed_task
+from dreamshard.placement.tasks import check_legal
 from dreamshard.report import format_table
-from dreamshard.tables.synthetic import generate_tables
+from dreamshard.state import state_dir
 
 RESULTS = Path(__file__).parent / "results" / "planning_speed.md"
-NUM_TABLES, NUM_DEVICES = 856, 128
-TARGET_RATIO, TARGET_SECONDS = 5.0, 2.0
-
-
-def scale_task(seed: int) -> PlacementTask:
-    tables = generate_tables("dlrm", NUM_TABLES, seed)
-    return capped_task(tables, NUM_DEVICES, f"dlrm-{NUM_TABLES}x{NUM_DEVICES}")
-
-
-def small_model(out: str):
-    """A quickly trained model on the simulated backend (its size is the real one)."""
-    from dreamshard.learn.train import train
-    from dreamshard.learn.train_config import TrainConfig
-
-    config = TrainConfig(
-        suite="cpu-50x4",
-        backend="simulated",
-        out=out,
-        iterations=1,
-        placements_per_iteration=2,
-        costnet_steps=20,
-        policy_updates=1,
-        episodes=2,
-        warm_start=4,
-        train_tasks=4,
-    )
-    return train(config, log=lambda line: None)
+# (label, method, split); TorchRec's rows plan without its reservation, on our caps
+PLANNERS = [
+    *((f"{key}, --split auto", key, "auto") for key in method_names("heuristic")),
+    ("dreamshard (default: 8 samples, --split auto)", "dreamshard", "auto"),
+    ("torchrec, table-wise", "torchrec", "none"),
+    ("torchrec, every sharding type", "torchrec", "auto"),
+]
+# in-process seconds (856 x 128, 10k x 1024) and peak memory the issue asks for
+TARGETS = {"heuristic": (0.2, 2.0), "learned": (1.0, 10.0)}  # by the planner's kind
+MEMORY_TARGET_MB = 1024
+CHILD_SECONDS = 1800
+# the model trained without --model: the default networks, trained briefly
+SPEED_MODEL = dict(
+    suite="cpu-50x4",
+    backend="simulated",
+    iterations=1,
+    placements_per_iteration=2,
+    costnet_steps=20,
+    policy_updates=1,
+    episodes=2,
+    warm_start=4,
+    train_tasks=4,
+)
 
 
 def timed(planner, repeats: int) -> tuple[float | None, str]:
@@ -74,118 +80,113 @@ def timed(planner, repeats: int) -> tuple[float | None, str]:
     return statistics.median(seconds), ""
 
 
-def torchrec_versions() -> str:
-    found = []
-    for package in ("torchrec", "tensordict", "torchmetrics"):
+def child(task_name: str, method: str, split: str, model: str | None, repeats: int) -> dict:
+    """One planner on one task, in this process: its times, splits and simulated cost."""
+    import torch
+
+    torch.set_num_threads(1)
+    task = speed_task(task_name)
+    model = registration(method).load().load_model(model)
+    plan = lambda: place(task, method, model=model, split=split)  # noqa: E731
+    times = []
+    for _ in range(1 + repeats):  # the first: lazy imports and first allocations included
+        start = time.perf_counter()
         try:
-            found.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            found.append(f"{package} not installed")
-    return ", ".join(found)
+            placement = plan()
+        except DreamshardError as exc:
+            return {"error": str(exc)}
+        times.append(time.perf_counter() - start)
+    check_legal(task, placement)
+    return {
+        "seconds": statistics.median(times[1:]),
+        "first": times[0],
+        "split": len(placement.splits),
+        "simulated_ms": float(SimulatedBackend().overall_many(task, [placement])[0]),
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def run_child(task_name: str, method: str, split: str, model, repeats: int) -> dict:
+    command = [sys.executable, __file__, "--child", task_name, method, split]
+    command += ["--repeats", str(repeats)] + (["--model", str(model)] if model else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_SECONDS)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no plan in {CHILD_SECONDS} s"}
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="trained model file (default: train a small one)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0, help="table pool seed (default 0)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads (default 1); dreamshard places on one thread "
-        "whatever this says, so it matters to TorchRec's planner only",
-    )
+    parser.add_argument("--tasks", nargs="+", default=[t[0] for t in SPEED_TASKS])
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
+    if args.child:
+        print(json.dumps(child(*args.child, args.model, args.repeats)))
+        return
     load = os.getloadavg()[0]
-    note = f"torch threads {args.threads}; load average {load:.1f} on {os.cpu_count()} cores"
-    task = scale_task(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.model:
-            model, source = args.model, args.model
-        else:
-            start = time.perf_counter()
-            model = small_model(tmp)
-            source = f"trained here on simulated cpu-50x4 in {time.perf_counter() - start:.0f} s"
-
-        from dreamshard.integrations.torchrec_planner import torchrec_place
-
-        start = time.perf_counter()
-        try:
-            import torchrec  # noqa: F401
-        except ImportError:
-            pass
-        import_seconds = time.perf_counter() - start
-
-        def ours(samples, split="none"):
-            return lambda: check_legal(
-                task, place(task, "dreamshard", model=model, samples=samples, split=split)
-            )
-
-        def theirs(reserve):
-            return lambda: check_legal(task, torchrec_place(task, reserve=reserve))
-
-        planners = [
-            ("dreamshard greedy (samples=0)", ours(0)),
-            ("dreamshard best of 8 (default)", ours(8)),
-            ("dreamshard best of 8, --split auto", ours(8, "auto")),
-            ("torchrec, its own reservation", theirs(True)),
-            ("torchrec, no reservation (same caps)", theirs(False)),
-        ]
-        results = {}
-        for label, planner in planners:
-            results[label] = timed(planner, args.repeats)
-            print(label, results[label], flush=True)
-    write_text_atomic(RESULTS, report(task, results, source, import_seconds, args.repeats, note))
+    out = state_dir() / "planning_speed" / "model"
+    config = TrainConfig(out=str(out), **SPEED_MODEL)
+    _, source = given_or_trained(args.model, config, lambda line: None)
+    model = args.model or out / "model.pt"
+    results = {}
+    for task_name in args.tasks:
+        for label, method, split in PLANNERS:
+            found = run_child(task_name, method, split, model, args.repeats)
+            results[task_name, label] = found
+            print(task_name, label, found, flush=True)
+    note = f"load average {load:.1f} on {os.cpu_count()} cores at the start"
+    write_text_atomic(RESULTS, report(args.tasks, results, source, args.repeats, note))
     print(RESULTS.read_text())
     print(f"wrote {RESULTS}")
 
 
-def report(task, results, source, import_seconds, repeats, note) -> str:
-    reference = results["torchrec, no reservation (same caps)"][0]
-    rows, notes = [], []
-    for label, (seconds, why) in results.items():
-        if seconds is None:
-            rows.append([label, "rejected", "-"])
-            notes.append(f"- {label}: {why}")
-            continue
-        ratio = f"{reference / seconds:.1f}x" if reference else "-"
-        rows.append([label, f"{seconds:.3f}", ratio])
-    ours = [results[k][0] for k in results if k.startswith("dreamshard")]
-    verdicts = []
-    for label, seconds in zip(("greedy", "best of 8"), ours):
-        fast = reference is not None and reference / seconds >= TARGET_RATIO
-        verdicts.append(f"{label}: {'meets' if fast and seconds < TARGET_SECONDS else 'misses'}")
-    split_seconds = results["dreamshard best of 8, --split auto"][0]
-    verdicts.append(
-        f"with splitting (issue 13: under {TARGET_SECONDS:g} s): "
-        f"{'meets' if split_seconds is not None and split_seconds < TARGET_SECONDS else 'misses'}"
-    )
-    return (
-        "\n\n".join(
-            [
-                f"# Planning speed at data-set scale ({time.strftime('%Y-%m-%d')})",
-                f"Host: {hardware()}; {versions()}; {torchrec_versions()}. "
-                f"Task: {len(task.tables)} `dlrm` tables on {task.num_devices} devices, cap "
-                f"{task.memory_cap_bytes / 2**30:.2f} GiB each (the larger of {SCALE_SLACK}x the "
-                "even share and 1.02x the largest table), fp16. "
-                f"Model: {source}. Median wall time of {repeats} runs after one untimed run, in "
-                f"process ({note}; TorchRec's import, {import_seconds:.1f} s, not counted). "
-                "Speed-up: TorchRec's time with the same caps divided by the planner's.",
-                "```\n"
-                + format_table(["planner", "seconds", "speed-up vs torchrec"], rows)
-                + "\n```",
-                f"Targets: at least {TARGET_RATIO:g}x faster than TorchRec and under "
-                f"{TARGET_SECONDS:g} s (issue 7, whole tables); under {TARGET_SECONDS:g} s with "
-                "splitting (issue 13). " + "; ".join(verdicts) + ".",
-                *(["Rejections:\n\n" + "\n".join(notes)] if notes else []),
-            ]
-        )
-        + "\n"
-    )
+def report(tasks, results, source, repeats, note) -> str:
+    parts = [
+        f"# Planning speed at scale ({time.strftime('%Y-%m-%d')})",
+        f"Host: {hardware()}; {versions()}. Model: {source}. Each planner in its own process "
+        f"(torch on one thread): the median of {repeats} in-process plans after one untimed "
+        f"plan, and the process's peak resident memory ({note}). Simulated: the plan's overall "
+        "cost under the simulated backend (flat topology). The heuristics and dreamshard run "
+        "under their default time budget; TorchRec plans on the same caps without its "
+        "reservation.",
+    ]
+    headers = ["planner", "seconds", "first", "peak MB", "split", "simulated ms", "vs torchrec"]
+    for i, name in enumerate(tasks):
+        spec = next(t for t in SPEED_TASKS if t[0] == name)
+        rows, verdicts = [], []
+        reference = results[name, PLANNERS[-1][0]].get("seconds")
+        for label, method, _ in PLANNERS:
+            r = results[name, label]
+            if "error" in r:
+                rows.append([label, "-", "-", "-", "-", "-", r["error"][:60]])
+                continue
+            ratio = f"{r['seconds'] / reference:.3f}x" if reference else "-"
+            rows.append(
+                [label, f"{r['seconds']:.3f}", f"{r['first']:.2f}", f"{r['peak_mb']:.0f}"]
+                + [r["split"], f"{r['simulated_ms']:.3f}", ratio]
+            )
+            if kind_of(method) in TARGETS:
+                limit = TARGETS[kind_of(method)][min(i, 1)]
+                fast = r["seconds"] <= limit and (reference is None or r["seconds"] <= reference)
+                small = r["peak_mb"] <= MEMORY_TARGET_MB
+                verdicts.append(
+                    f"{label}: {r['seconds']:.3f} s (target {limit:g} s, and not slower than "
+                    f"TorchRec) {'met' if fast else 'missed'}; {r['peak_mb']:.0f} MB (target "
+                    f"{MEMORY_TARGET_MB} MB) {'met' if small else 'missed'}"
+                )
+        parts += [
+            f"## {name}: {spec[1]} tables on {spec[2]} devices of {spec[3]:g} GiB, fp16 "
+            f"(default budget {default_time_budget(spec[1]):g} s)",
+            "```\n" + format_table(headers, rows) + "\n```",
+            "vs torchrec: the planner's time over TorchRec's with every sharding type.",
+            "Targets:\n\n" + "\n".join(f"- {v}" for v in verdicts),
+        ]
+    return "\n\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":

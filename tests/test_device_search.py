@@ -15,7 +15,8 @@ from dreamshard.placement.heuristics import random_place
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import is_legal
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
-from dreamshard.planners.search import apply_neighbours, costnet_scorer, legal_neighbours
+from dreamshard.planners.dreamshard_planner import costnet_scorer
+from dreamshard.planners.search import apply_neighbours, legal_neighbours
 
 TASKS = [make_suite("cpu-16x3").test_tasks[0], make_suite("cpu-50x4").test_tasks[1]]
 

@@ -16,9 +16,9 @@ from dreamshard.placement.registry import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import is_legal
 from dreamshard.planners.bounds import additive_makespan
-from dreamshard.planners.dreamshard_planner import predicted_overall
+from dreamshard.planners.dreamshard_planner import costnet_scorer, predicted_overall
 from dreamshard.planners.milp import solve_milp
-from dreamshard.planners.search import costnet_scorer, local_search
+from dreamshard.planners.search import local_search
 
 RNN_CONFIG = RnnTrainConfig(suite="cpu-16x3", updates=10, train_tasks=6)
 

@@ -95,13 +95,15 @@ def test_row_shards_partition_their_tables_lookups():
         assert len(bags) == len(offsets) and bags[-1] == len(part)
         assert part.min() >= 0 and part.max() < shard.rows
         seen.append(part + shard.shard.start)
-        assert shard.pooling_factor == pytest.approx(len(part) / batch)
+        # planning sees the range's share of the lookups; its trace has what fell in it
+        assert shard.pooling_factor == pytest.approx(len(part) / batch, rel=0.6)
         # each bag keeps the lookups of the table's bag that fall in the shard's rows
         b = int(np.argmax(np.diff(offsets)))
         whole = indices[offsets[b] : offsets[b + 1]]
         inside = whole[(whole >= shard.shard.start) & (whole < shard.shard.stop)]
         assert (part[bags[b] : bags[b + 1]] + shard.shard.start == inside).all()
     assert sorted(np.concatenate(seen).tolist()) == sorted(indices.tolist())
+    assert sum(s.pooling_factor for s in shards) == pytest.approx(table.pooling_factor)
     for shard in split_table(table, "column", 2):
         assert (trace_for(shard, batch)[0] == indices).all()  # same rows, narrower slices
 

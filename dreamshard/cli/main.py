@@ -110,7 +110,13 @@ def cmd_place(args: argparse.Namespace) -> None:
         placement = refinement.placement
     else:
         placement = place(
-            task, args.method, args.seed, model=model, samples=args.samples, split=args.split
+            task,
+            args.method,
+            args.seed,
+            model=model,
+            samples=args.samples,
+            split=args.split,
+            time_budget=args.time_budget,
         )
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
@@ -305,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
         "table fits no device, row-wise; the heuristics halve a table whose key exceeds the "
         "mean device load, dreamshard lets its cost network choose; none: whole tables only, "
         "as in the paper",
+    )
+    pl.add_argument(
+        "--time-budget",
+        type=positive(float),
+        metavar="SECONDS",
+        help="the most the plan may take, splitting included: a planner that searches stops "
+        "there with the best legal plan found so far (default: a second per thousand tables, "
+        "at least one; search_analytic and dreamshard_search at least 5)",
     )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument(

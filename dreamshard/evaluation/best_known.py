@@ -20,9 +20,10 @@ from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.dreamshard_planner import costnet_scorer
 from dreamshard.planners.milp import MilpResult
 from dreamshard.planners.milp_simulated import solve_simulated_milp
-from dreamshard.planners.search import analytic_scorer, costnet_scorer, local_search
+from dreamshard.planners.search import analytic_scorer, local_search
 from dreamshard.progress import Progress
 
 SEARCH_BATCH = 64  # neighbours ranked by the cost network per batch ...

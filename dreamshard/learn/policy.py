@@ -14,6 +14,7 @@ arithmetic, is what costs at these sizes (856 tables on 128 devices: ~50x faster
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from torch import nn
 
 from dreamshard.costs.comm import device_transfer_ms, get_topology
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, compose_overall, mlp, occupied
+from dreamshard.placement.budget import Deadline
 from dreamshard.placement.packing import CompletionGuard
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
@@ -161,6 +163,13 @@ class Lookahead:
             self.first[rows, devices] += self.share[0]
             if self.linear is not None:
                 self.linear[rows, devices] += self.share[1]
+
+    def keep(self, episodes: int) -> None:
+        """Drop every episode after the first `episodes`."""
+        for name in ("costs", "busy", "widths", "first", "linear"):
+            value = getattr(self, name, None)
+            if value is not None:
+                setattr(self, name, value[:episodes])
 
     def regret(self, table: int, placed: np.ndarray) -> np.ndarray:
         """[E, D] from the devices' scaled costs [E, D, 3] with the table added to each."""
@@ -372,17 +381,20 @@ def fast_choice(
     return action
 
 
-def episode_statistics(
-    logits: np.ndarray, allowed: np.ndarray, actions: np.ndarray
+def step_statistics(
+    logits: np.ndarray, allowed: np.ndarray, action: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(sum of log-probabilities, mean entropy) per episode, from every step's logits and
-    allowed devices [steps, E, D] and actions [steps, E] at once."""
+    """(log-probability of the action, entropy) per episode of one step, from its logits and
+    allowed devices [E, D] and actions [E]: the masked softmax the reference samples from."""
     masked = np.where(allowed, logits, -np.inf)
     shifted = masked - masked.max(axis=-1, keepdims=True)
     log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     entropy = -(np.exp(log_p) * np.where(allowed, log_p, 0)).sum(axis=-1)
-    taken = np.take_along_axis(log_p, actions[..., None], axis=-1)[..., 0]
-    return taken.sum(axis=0), entropy.mean(axis=0)
+    return log_p[np.arange(len(action)), action], entropy
+
+
+# How often (in tables placed) a rollout with a deadline checks its pace.
+PACE_CHECK = 32
 
 
 @torch.no_grad()
@@ -393,10 +405,15 @@ def fast_rollout(
     greedy: int,
     sampled: int,
     generator: torch.Generator | None = None,
-) -> Rollout:
+    deadline: Deadline | None = None,
+) -> Rollout | None:
     """`greedy` argmax episodes, then `sampled` ones, as `PlacementPolicy.rollout` would run
     them but without gradients: per step only the devices just chosen are re-scored. The sums
-    add the same float32 numbers in the same order as the reference."""
+    add the same float32 numbers in the same order as the reference.
+
+    With a `deadline`, every `PACE_CHECK` tables the rollout projects when it would end: past
+    the deadline, it drops the sampled episodes (the greedy ones are the same without them);
+    once the deadline has passed, it gives up and returns None."""
     features, cost_encoded, order, guard = table_order(task, costnet)
     policy_encoded = policy.table_encoder(features).numpy()
     encoded = np.concatenate([policy_encoded, cost_encoded.numpy()], axis=1)
@@ -409,27 +426,40 @@ def fast_rollout(
     cached = np.repeat(empty if policy.table_aware else scorer.logits(empty, None), e * d, axis=0)
     cached = cached.reshape(e, d, *cached.shape[1:])
     used = np.zeros((e, d), dtype=np.int64)
-    logits = np.empty((t, e, d), dtype=np.float32)
-    allowed = np.empty((t, e, d), dtype=bool)
     actions = np.empty((t, e), dtype=np.int64)
+    log_prob, entropy = np.zeros(e, dtype=np.float32), np.zeros(e, dtype=np.float32)
     legal, rows = np.ones(e, dtype=bool), np.arange(e)
     ahead = Lookahead(task, costnet, e) if policy.lookahead is not None else None
     embed = policy_encoded.shape[1]
+    began = time.perf_counter()
     for step, table in enumerate(order):
+        if deadline is not None and step and step % PACE_CHECK == 0:
+            if deadline.passed():
+                return None
+            projected = began + (time.perf_counter() - began) * t / step
+            if projected > deadline.at and e > greedy:  # the samples would not finish
+                e, rows = greedy, rows[:greedy]
+                state, cached, used, actions = state[:e], cached[:e], used[:e], actions[:, :e]
+                log_prob, entropy, legal = log_prob[:e], entropy[:e], legal[:e]
+                if ahead is not None:
+                    ahead.keep(e)
         if policy.table_aware:
-            logits[step] = scorer.logits(cached, policy_encoded[table])
+            logits = scorer.logits(cached, policy_encoded[table])
         else:
-            logits[step] = cached
+            logits = cached
         if ahead is not None:
             placed = ahead.with_table(state[:, :, embed:], encoded[table, embed:])
             weight = np.float32(policy.lookahead.item())  # float32 as in the reference
-            logits[step] = logits[step] - weight * ahead.regret(table, placed)
-        allowed[step] = guard.mask(step, used)
-        stuck = ~allowed[step].any(axis=1)
+            logits = logits - weight * ahead.regret(table, placed)
+        allowed = guard.mask(step, used)
+        stuck = ~allowed.any(axis=1)
         if stuck.any():  # picks among all devices, to finish and be marked illegal
             legal &= ~stuck
-            allowed[step, stuck] = True
-        action = actions[step] = fast_choice(logits[step], allowed[step], greedy, generator)
+            allowed[stuck] = True
+        action = actions[step] = fast_choice(logits, allowed, greedy, generator)
+        taken, spread = step_statistics(logits, allowed, action)
+        log_prob += taken
+        entropy += spread
         changed = state[rows, action] + encoded[table]
         state[rows, action] = changed
         part = scorer.device_part(changed)
@@ -439,7 +469,7 @@ def fast_rollout(
             ahead.place(table, action, placed)
     devices = np.empty((e, t), dtype=np.int64)
     devices[:, order] = actions.T
-    log_prob, entropy = episode_statistics(logits, allowed, actions)
     cost_sum = torch.from_numpy(state[:, :, policy_encoded.shape[1] :])
     predicted = episodes_overall(costnet, task, devices, cost_sum)
+    entropy /= max(t, 1)
     return Rollout(devices, torch.from_numpy(log_prob), torch.from_numpy(entropy), predicted, legal)

@@ -13,9 +13,10 @@ The registry (`placement.registry`) names them; `docs/design.md` says how to add
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.budget import CHECKED_SHARE, Deadline, default_time_budget
 from dreamshard.placement.splitting import SPLIT_MODES, memory_splits, split_place
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split
@@ -47,6 +48,7 @@ class PlanOptions:
     time_budget: float | None = None
     constraints: object = None
     reserve: bool = True
+    deadline: Deadline | None = None
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT_MODES:
@@ -58,12 +60,28 @@ class PlanOptions:
         if self.time_budget is not None and self.time_budget <= 0:
             raise DreamshardError(f"the time budget must be positive, got {self.time_budget}")
 
+    def until(self) -> Deadline:
+        """The deadline to plan by (none when `place` did not set one)."""
+        return self.deadline or Deadline()
+
 
 class BasePlanner:
     """One placement method. `name` is what its placements' `method` says and the name the
     registry lists it under."""
 
     name: str = ""
+
+    def default_budget(self, task: PlacementTask) -> float:
+        """Seconds this planner takes at most when the caller sets no budget: a second per
+        thousand tables, at least one (`placement.budget`)."""
+        return default_time_budget(len(task.tables))
+
+    def started(self, task: PlacementTask, options: PlanOptions) -> PlanOptions:
+        """`options` with the deadline of a plan of `task` that starts now (kept when set)."""
+        if options.deadline is not None:
+            return options
+        budget = options.time_budget or self.default_budget(task)
+        return replace(options, deadline=Deadline.after(CHECKED_SHARE * budget))
 
     def load_model(self, model: object) -> object:
         """`options.model` as this planner places with it; DreamshardError when it needs a
@@ -83,6 +101,7 @@ class BasePlanner:
         """A legal placement of `task` under `options`, split as the planner chooses when
         `options.split` is "auto"; InfeasibleError when there is none."""
         task.validate()
+        options = self.started(task, options)
         if options.split == "auto":
             splits = self.splits(task, options)
             if splits:

@@ -108,6 +108,7 @@ def place(
     samples: int = 8,
     split: str = "auto",
     options: PlanOptions | None = None,
+    time_budget: float | None = None,
 ) -> Placement:
     """Place a task's tables with a named planner; always legal, else InfeasibleError.
 
@@ -115,11 +116,12 @@ def place(
     `dreamshard train --out` wrote, or an MLflow URI (`models:/name@alias`, `runs:/id/policy`).
     `samples` (learned planners): sampled placements weighed against the greedy one (0: greedy
     only). `split="auto"` lets the planner split tables (its split choice, `BasePlanner.splits`;
-    `placement.splitting`), `split="none"` places whole tables, as the paper does. `options`,
-    when given, replaces seed, model, samples and split.
+    `placement.splitting`), `split="none"` places whole tables, as the paper does.
+    `time_budget`: seconds the plan may take (None: the planner's default, `placement.budget`).
+    `options`, when given, replaces seed, model, samples, split and the budget.
     """
     planner = registration(method).load()
-    options = options or PlanOptions(seed, model, samples, split)
+    options = options or PlanOptions(seed, model, samples, split, time_budget)
     options = replace(options, model=planner.load_model(options.model))
     return planner.place(task, options)
 

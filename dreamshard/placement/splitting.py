@@ -41,6 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from dreamshard.errors import InfeasibleError
+from dreamshard.placement.budget import Deadline
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.report import format_bytes
@@ -182,21 +183,25 @@ def split_place(
 def candidate_splits(
     task: PlacementTask, keys: Iterable[Callable[[Table], float]] = ()
 ) -> list[tuple[Split, ...]]:
-    """Distinct split sets: the memory splits alone, then the balance rule over them under each
-    heuristic's key and each of `keys` (the memory splits come first), each also stopped at
-    every halving level on the way (at most 2, 4, ... shards a table): on a CPU a column
-    shard repeats all of its table's lookups, so one halving can beat the rule's quarters.
-    Each rule's tables are also offered cut row-wise (`row_variant`)."""
+    """Distinct split sets, most telling first (a budget may rate only the first few): the
+    memory splits alone; the balance rule over them under each heuristic's key and each of
+    `keys` (the memory splits come first); the rule's tables cut row-wise instead
+    (`row_variant`); then each rule stopped at every halving level on the way (at most 2, 4,
+    ... shards a table): on a CPU a column shard repeats all of its table's lookups, so one
+    halving can beat the rule's quarters."""
     base = memory_splits(task)
     found = {_identity(base): base}
-    for key in (*HEURISTIC_KEYS.values(), *keys):
-        full = balance_splits(task, key, base)
-        deepest = max((s.parts for s in full if s.kind == "column"), default=1)
-        levels = [2**k for k in range(1, deepest.bit_length() - 1)]  # 2, 4, ... below deepest
-        for splits in [full, *(balance_splits(task, key, base, cap) for cap in levels)]:
-            found.setdefault(_identity(splits), splits)
-        rows = row_variant(task, full, base)
+    rules = [balance_splits(task, key, base) for key in (*HEURISTIC_KEYS.values(), *keys)]
+    for splits in rules:
+        found.setdefault(_identity(splits), splits)
+    for splits in rules:
+        rows = row_variant(task, splits, base)
         found.setdefault(_identity(rows), rows)
+    for key, full in zip((*HEURISTIC_KEYS.values(), *keys), rules):
+        deepest = max((s.parts for s in full if s.kind == "column"), default=1)
+        for cap in [2**k for k in range(1, deepest.bit_length() - 1)]:  # 2, 4, ... below deepest
+            splits = balance_splits(task, key, base, cap)
+            found.setdefault(_identity(splits), splits)
     return list(found.values())
 
 
@@ -205,18 +210,22 @@ def choose_splits(
     candidates: list[tuple[Split, ...]],
     rating: SplitRating,
     keys=tuple(HEURISTIC_KEYS),
+    deadline: Deadline | None = None,
 ) -> tuple[tuple[Split, ...], float]:
     """The candidate whose shards the heuristics `keys` place cheapest as `rating` rates their
     placements (`heuristic_placements`; a candidate none of them places rates infinite), the
-    first on ties, and that cost."""
-
-    def rate(splits: tuple[Split, ...]) -> float:
+    first on ties, and that cost. Candidates are rated in order until `deadline` passes; the
+    first is always rated."""
+    deadline = deadline or Deadline()
+    best, best_cost = candidates[0], float("inf")
+    for i, splits in enumerate(candidates):
+        if i and deadline.passed():
+            break
         found = heuristic_placements(task, splits, keys)
-        return rating(shard_task(task, splits), found) if found else float("inf")
-
-    costs = [rate(splits) for splits in candidates]
-    best = min(range(len(candidates)), key=costs.__getitem__)
-    return candidates[best], costs[best]
+        cost = rating(shard_task(task, splits), found) if found else float("inf")
+        if cost < best_cost:
+            best, best_cost = splits, cost
+    return best, best_cost
 
 
 def heuristic_placements(
@@ -239,7 +248,7 @@ def _identity(splits: tuple[Split, ...]) -> tuple:
 
 
 def checked_balance_splits(
-    task: PlacementTask, key_name: str, rating: SplitRating
+    task: PlacementTask, key_name: str, rating: SplitRating, deadline: Deadline | None = None
 ) -> tuple[Split, ...]:
     """The heuristic `key_name`'s balance rule (`balance_splits`), its column halvings or the
     same tables cut row-wise over all devices (`row_variant`), kept only where `rating` (the
@@ -253,4 +262,4 @@ def checked_balance_splits(
     if _identity(balanced) == _identity(base):
         return base
     candidates = [base, balanced, row_variant(task, balanced, base)]
-    return choose_splits(task, candidates, rating, [key_name])[0]
+    return choose_splits(task, candidates, rating, [key_name], deadline)[0]

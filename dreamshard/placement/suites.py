@@ -235,3 +235,16 @@ def pool_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[Placemen
         for d in device_counts:
             tasks.append(capped_task(test_pool, d, f"dlrm-{len(test_pool)}x{d}/pool {seed}"))
     return tasks
+
+
+# The planning-speed tasks (`benchmarks/planning_speed.py`): the paper's scale and ten times
+# it, as `dreamshard tables generate --profile dlrm --num-tables N --seed 7` writes the tables.
+# (name, tables, devices, GiB per device.)
+SPEED_TASKS = (("dlrm-856x128", 856, 128, 8.0), ("dlrm-10000x1024", 10_000, 1024, 16.0))
+
+
+def speed_task(name: str) -> PlacementTask:
+    """The planning-speed task `name` (`SPEED_TASKS`), at fp16."""
+    _, tables, devices, gib = next(t for t in SPEED_TASKS if t[0] == name)
+    cap = int(gib * 2**30)
+    return PlacementTask(tuple(generate_tables("dlrm", tables, 7)), devices, cap, name=name)

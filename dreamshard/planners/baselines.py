@@ -34,7 +34,8 @@ class HeuristicPlanner(BasePlanner):
         return greedy_place(task, self.name)
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        return checked_balance_splits(task, self.name, SimulatedBackend().cheapest)
+        rating = SimulatedBackend().cheapest
+        return checked_balance_splits(task, self.name, rating, options.until())
 
 
 RANDOM = RandomPlanner()

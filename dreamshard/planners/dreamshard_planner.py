@@ -10,7 +10,8 @@ whenever the task is feasible, and the search keeps every device within its memo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -19,9 +20,16 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from dreamshard.errors import InfeasibleError
-from dreamshard.learn.costnet import CostNet, make_batch
+from dreamshard.learn.costnet import CostNet, compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
-from dreamshard.learn.policy import Lookahead, fast_rollout, single_table_costs, table_order
+from dreamshard.learn.policy import (
+    PACE_CHECK,
+    Lookahead,
+    fast_rollout,
+    single_table_costs,
+    table_order,
+)
+from dreamshard.placement.budget import SPLIT_SHARE, Deadline
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits
@@ -36,19 +44,42 @@ from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
 
+# Costs of placements of one task, in the order given (lower is better).
+Scorer = Callable[[Sequence[Placement]], Sequence[float]]
 
-@torch.no_grad()
+
 def predicted_overall(model: DreamShardModel, task: PlacementTask, placements) -> list[float]:
+    """The cost network's predicted overall cost (ms) of each of `placements` of `task`."""
     if placements and placements[0].splits:  # placements of one task share its splits
         task = placement_task(task, placements[0])
-    features = feature_matrix(task.tables)
-    comm = model.costnet.comm_ms(task, np.array([p.devices for p in placements]))
-    batch = make_batch(
-        [(features, p.devices, task.num_devices) for p in placements],
-        None if comm is None else comm.ravel(),
-    )
-    _, overall = model.costnet(batch)
-    return (overall * model.costnet.scale).tolist()
+    return list(costnet_scorer(model, task)(placements))
+
+
+def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
+    """The cost network's predicted overall cost (ms) of placements of `task`.
+
+    The same numbers as `predicted_overall`, but the tables are encoded once, not once per
+    candidate: a candidate costs only its devices' sums and the overall head.
+    """
+    costnet, d = model.costnet, task.num_devices
+    with torch.no_grad():
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+
+    @torch.no_grad()
+    def score(placements: Sequence[Placement]) -> list[float]:
+        n = len(placements)
+        devices = torch.tensor([p.devices for p in placements], dtype=torch.long)
+        device_index = (devices + d * torch.arange(n)[:, None]).reshape(-1)
+        vectors = encoded.new_zeros(n * d, encoded.shape[1])
+        vectors = vectors.index_add(0, device_index, encoded.repeat(n, 1))
+        vectors = vectors.reshape(n, d, -1)
+        comm = costnet.comm_ms(task, devices.numpy())
+        if comm is not None:
+            comm = torch.from_numpy(comm).float() / costnet.scale
+        overall = compose_overall(costnet.device_costs(vectors), occupied(vectors), comm)
+        return (overall * costnet.scale).tolist()
+
+    return score
 
 
 # The cost-network search the planner runs on its best candidate: at most this many improving
@@ -64,6 +95,10 @@ PLACE_SEARCH_SCORED = 150_000
 # own error on unseen tables, and picking the predicted best made the plan dearer than the
 # heuristic on 4-6 tasks of 8 (docs/learning.md, "The margin rule").
 HEURISTIC_MARGIN = 0.02
+
+# Of the time left when placing starts, the share the policy's rollout may use; the cost
+# network's greedy placement and the search share the rest.
+ROLLOUT_SHARE = 0.6
 
 
 @contextmanager
@@ -82,7 +117,11 @@ def one_thread() -> Iterator[None]:
 
 
 def dreamshard_place(
-    task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
+    task: PlacementTask,
+    model: DreamShardModel,
+    samples: int = 8,
+    seed: int = 0,
+    deadline: Deadline | None = None,
 ) -> Placement:
     """The policy's greedy placement, improved by best-of-`samples`, the cost network's own
     greedy placement, the heuristics and a short search from the best of them (all only when
@@ -91,50 +130,65 @@ def dreamshard_place(
     The winner says where it came from in `candidate`: "policy greedy", "policy sample K",
     "costnet greedy", "heuristic NAME", or one of those "+ N search steps". A heuristic's
     placement keeps that heuristic's name as its `method`, so no report credits the policy
-    with it; once searched it is the planner's own ("dreamshard").
+    with it; once searched it is the planner's own ("dreamshard"). With a `deadline`, see
+    `ranked_candidates`.
     """
-    return ranked_candidates(task, model, samples, seed)[0][0]
+    return ranked_candidates(task, model, samples, seed, deadline)[0][0]
 
 
 @torch.no_grad()
 @one_thread()
 def ranked_candidates(
-    task: PlacementTask, model: DreamShardModel, samples: int = 8, seed: int = 0
+    task: PlacementTask,
+    model: DreamShardModel,
+    samples: int = 8,
+    seed: int = 0,
+    deadline: Deadline | None = None,
 ) -> list[tuple[Placement, float]]:
     """Every distinct legal candidate `dreamshard_place` weighs, with its predicted overall
     cost (ms), cheapest first; the first is the planner's answer. Measured refinement
     (`evaluation.refine`) takes the top few of these to the hardware.
+
+    With a `deadline` the parts run while time is left, the legal ones first: the heuristics'
+    placements, then the policy's rollout (its samples dropped if they would not finish in
+    `ROLLOUT_SHARE` of the time left, the greedy episode dropped if it would not finish by the
+    deadline), the cost network's greedy placement, and the search until the deadline.
     """
+    deadline = deadline or Deadline()
+    timed = not math.isinf(deadline.at)
+    # with samples=0 the heuristics only stand in for a stuck (or, timed, a late) policy
+    heuristics = heuristic_candidates(task) if samples > 0 or timed else None
     # the greedy episode and the sampled ones side by side, in one pass over the tables
     generator = torch.Generator().manual_seed(seed)
-    episodes = fast_rollout(model.policy, task, model.costnet, 1, samples, generator)
-    candidates = [
-        replace(episodes.placement(e, "dreamshard"), candidate=episode_name(e))
-        for e in range(1 + samples)
-        if episodes.legal[e]
-    ]
-    if samples > 0:
-        found = costnet_greedy(task, model.costnet)
+    episodes = fast_rollout(
+        model.policy, task, model.costnet, 1, samples, generator, deadline.share(ROLLOUT_SHARE)
+    )
+    candidates = []
+    if episodes is not None:
+        candidates = [
+            replace(episodes.placement(e, "dreamshard"), candidate=episode_name(e))
+            for e in range(len(episodes.legal))
+            if episodes.legal[e]
+        ]
+    if samples > 0 and not deadline.passed():
+        found = costnet_greedy(task, model.costnet, deadline)
         if found is not None:
             candidates.append(found)
-    if samples > 0 or not candidates:  # with samples=0 they only stand in for a stuck policy
-        failure = None
-        for key in HEURISTIC_KEYS:
-            try:
-                candidates.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
-            except InfeasibleError as exc:  # its packing search gave up; others may have found one
-                failure = exc
+    if samples > 0 or not candidates:
+        heuristics = heuristics if heuristics is not None else heuristic_candidates(task)
+        candidates += heuristics[0]
         if not candidates:
-            raise failure
+            raise heuristics[1]
     distinct = {c.devices: c for c in reversed(candidates) if is_legal(task, c)}  # first kept
     candidates = [c for c in candidates if distinct.get(c.devices) is c]
     scores = predicted_overall(model, task, candidates)
-    if samples > 0:  # the best candidate, improved on the cost network while it can be
+    if samples > 0 and not deadline.passed():  # the best, improved while it can be
         best = candidates[int(np.argmin(scores))]
         found, _, steps = device_search(
             task,
             best,
             costnet_model(model.costnet, task),
+            seconds=None if not timed else deadline.left(),
             max_rounds=PLACE_SEARCH_ROUNDS,
             max_scored=PLACE_SEARCH_SCORED,
         )
@@ -147,6 +201,18 @@ def ranked_candidates(
     if samples > 0:
         order = heuristic_first_unless_beaten(order, candidates, scores)
     return [(candidates[i], scores[i]) for i in order]
+
+
+def heuristic_candidates(task: PlacementTask) -> tuple[list[Placement], Exception | None]:
+    """The heuristics' placements of `task` (each named "heuristic KEY") and the last failure
+    of one whose packing search gave up (the others may have found one)."""
+    found, failure = [], None
+    for key in HEURISTIC_KEYS:
+        try:
+            found.append(replace(greedy_place(task, key), candidate=f"heuristic {key}"))
+        except InfeasibleError as exc:
+            failure = exc
+    return found, failure
 
 
 def heuristic_first_unless_beaten(order: list[int], candidates, scores) -> list[int]:
@@ -162,12 +228,15 @@ def heuristic_first_unless_beaten(order: list[int], candidates, scores) -> list[
 
 @torch.no_grad()
 @one_thread()
-def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Split, ...]:
+def dreamshard_splits(
+    task: PlacementTask, model: DreamShardModel, deadline: Deadline | None = None
+) -> tuple[Split, ...]:
     """The splits the cost network picks for `task`: among `candidate_splits` (the memory
     splits, and the balance rule under each heuristic's key and under the cost network's own
     cost of each table alone), the one whose shards the heuristics place cheapest by the cost
     network's prediction (the heuristics take milliseconds where the policy would take tenths
-    of a second at 856 tables on 128 devices; the policy then places the chosen shards)."""
+    of a second at 856 tables on 128 devices; the policy then places the chosen shards); those
+    rated before `deadline`, in `candidate_splits`' order."""
     _, single = single_table_costs(model.costnet, torch.from_numpy(feature_matrix(task.tables)))
     alone = dict(zip((t.name for t in task.tables), single.tolist()))
     candidates = candidate_splits(task, [lambda t: alone[t.name]])
@@ -175,7 +244,7 @@ def dreamshard_splits(task: PlacementTask, model: DreamShardModel) -> tuple[Spli
     def rating(shards: PlacementTask, found: list[Placement]) -> float:
         return min(predicted_overall(model, shards, found))
 
-    return choose_splits(task, candidates, rating)[0]
+    return choose_splits(task, candidates, rating, deadline=deadline)[0]
 
 
 def episode_name(episode: int) -> str:
@@ -184,10 +253,13 @@ def episode_name(episode: int) -> str:
 
 
 @torch.no_grad()
-def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
+def costnet_greedy(
+    task: PlacementTask, costnet: CostNet, deadline: Deadline | None = None
+) -> Placement | None:
     """Each table, in the policy's order, on the device where the cost network predicts the
     lowest overall cost of the placement so far (among devices the completion guard allows):
-    the policy's one-step lookahead (`Lookahead`) alone. None if it gets stuck."""
+    the policy's one-step lookahead (`Lookahead`) alone. None if it gets stuck or `deadline`
+    passes first."""
     _, encoded, order, guard = table_order(task, costnet)
     d, sizes = task.num_devices, task.table_bytes()
     sums = np.zeros((1, d, encoded.shape[1]), dtype=np.float32)
@@ -196,7 +268,7 @@ def costnet_greedy(task: PlacementTask, costnet: CostNet) -> Placement | None:
     devices = np.full(len(order), -1, dtype=np.int64)
     for step, table in enumerate(order):
         allowed = guard.mask(step, used)[0]
-        if not allowed.any():
+        if not allowed.any() or (deadline and step % PACE_CHECK == 0 and deadline.passed()):
             return None
         placed = ahead.with_table(sums, encoded[table].numpy())  # the table on each device
         regret = ahead.regret(table, placed)[0]
@@ -218,18 +290,21 @@ class DreamShardMethod(BasePlanner):
         return resolve_model(model)
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        return dreamshard_splits(task, options.model)
+        return dreamshard_splits(task, options.model, options.until().share(SPLIT_SHARE))
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return dreamshard_place(task, options.model, options.samples, options.seed)
+        return dreamshard_place(task, options.model, options.samples, options.seed, options.until())
 
     def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
         """Its `top` cheapest candidates by the cost network (`ranked_candidates`), on the
         shards it splits the task into."""
+        options = self.started(task, options)
         splits = self.splits(task, options) if options.split == "auto" else ()
         shards = shard_task(task, splits)
         suffix = f" ({len(splits)} tables split)" if splits else ""  # apart from whole tables'
-        ranked = ranked_candidates(shards, options.model, options.samples, options.seed)[:top]
+        ranked = ranked_candidates(
+            shards, options.model, options.samples, options.seed, options.until()
+        )[:top]
         return [
             replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
             for p, _ in ranked

@@ -1,13 +1,13 @@
 """Local search over placements: moves and swaps of tables between devices, legal ones only.
 
 `local_search` improves any starting placement under any scorer (placements -> costs, lower is
-better): the cost network's predicted overall cost (`costnet_scorer`), or a measured cost for
-a "best known" reference. Each round lists every legal neighbour of the current placement (a
-table moved to another device with room; two tables on different devices swapped, both
-devices staying within the cap), shuffles them with the seed, and scores them in batches; the
-first batch holding a better placement moves the search to its best one. The search stops at a
-local optimum (no neighbour is better), after `max_rounds` accepted steps, or when `seconds`
-run out. Given the seed and no time limit reached, it repeats exactly.
+better): the cost network's predicted overall cost (`dreamshard_planner.costnet_scorer`), or a
+measured cost for a "best known" reference. Each round lists every legal neighbour of the
+current placement (a table moved to another device with room; two tables on different devices
+swapped, both devices staying within the cap), shuffles them with the seed, and scores them in
+batches; the first batch holding a better placement moves the search to its best one. The
+search stops at a local optimum (no neighbour is better), after `max_rounds` accepted steps,
+or when `seconds` run out. Given the seed and no time limit reached, it repeats exactly.
 
 Planners `dreamshard_search` (the `dreamshard` planner's placement refined on the cost network)
 and `search_analytic` (the best heuristic's placement refined on the calibrated analytic model,
@@ -18,30 +18,31 @@ the `simulated` backend's costs: the strong non-learned baseline) search with th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.learn.costnet import compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel
+from dreamshard.placement.budget import SPLIT_SHARE, Deadline
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
-from dreamshard.planners.dreamshard_planner import DreamShardMethod, ranked_candidates
-from dreamshard.tables.features import feature_matrix
+from dreamshard.planners.dreamshard_planner import (
+    DreamShardMethod,
+    Scorer,
+    ranked_candidates,
+)
 from dreamshard.tables.shards import Split
-
-# Costs of placements of one task, in the order given (lower is better).
-Scorer = Callable[[Sequence[Placement]], Sequence[float]]
 
 SEARCH_SECONDS = 5.0  # the planner's defaults
 SEARCH_ROUNDS = 200
 SEARCH_STARTS = 4  # dreamshard_search: the planner's cheapest candidates it searches from
+# Of the time left when placing starts, the share `dreamshard_search` gives the `dreamshard`
+# planner's candidates before it searches from them.
+PLACE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -53,33 +54,6 @@ class SearchResult:
     scored: int  # placements scored, the start included
     seconds: float
     local_optimum: bool  # True when it stopped because no neighbour was better
-
-
-def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
-    """The cost network's predicted overall cost (ms) of placements of `task`.
-
-    The same numbers as `predicted_overall`, but the tables are encoded once, not once per
-    candidate: a candidate costs only its devices' sums and the overall head.
-    """
-    costnet, d = model.costnet, task.num_devices
-    with torch.no_grad():
-        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
-
-    @torch.no_grad()
-    def score(placements: Sequence[Placement]) -> list[float]:
-        n = len(placements)
-        devices = torch.tensor([p.devices for p in placements], dtype=torch.long)
-        device_index = (devices + d * torch.arange(n)[:, None]).reshape(-1)
-        vectors = encoded.new_zeros(n * d, encoded.shape[1])
-        vectors = vectors.index_add(0, device_index, encoded.repeat(n, 1))
-        vectors = vectors.reshape(n, d, -1)
-        comm = costnet.comm_ms(task, devices.numpy())
-        if comm is not None:
-            comm = torch.from_numpy(comm).float() / costnet.scale
-        overall = compose_overall(costnet.device_costs(vectors), occupied(vectors), comm)
-        return (overall * costnet.scale).tolist()
-
-    return score
 
 
 def legal_neighbours(task: PlacementTask, devices: np.ndarray) -> np.ndarray:
@@ -162,19 +136,22 @@ def dreamshard_search_place(
     model: DreamShardModel,
     samples: int = 8,
     seed: int = 0,
-    seconds: float = SEARCH_SECONDS,
+    deadline: Deadline | None = None,
     max_rounds: int = SEARCH_ROUNDS,
 ) -> Placement:
     """The `dreamshard` planner with more search: `device_search` on the predicted cost from
-    each of its `SEARCH_STARTS` cheapest candidates (its own answer first), sharing `seconds`;
-    the cheapest result by the cost network."""
-    ranked = ranked_candidates(task, model, samples, seed)
+    each of its `SEARCH_STARTS` cheapest candidates (its own answer first), sharing the time
+    left before `deadline` (default: SEARCH_SECONDS from now); the cheapest result by the cost
+    network."""
+    deadline = deadline or Deadline.after(SEARCH_SECONDS)
+    ranked = ranked_candidates(task, model, samples, seed, deadline.share(PLACE_SHARE))
     searched = costnet_model(model.costnet, task)
     scale = float(model.costnet.scale)
     best, best_cost, note = ranked[0][0], ranked[0][1], ""
     starts = [placement for placement, _ in ranked[:SEARCH_STARTS]]
-    for start in starts:
-        found, cost, steps = device_search(task, start, searched, seconds / len(starts), max_rounds)
+    for i, start in enumerate(starts):
+        seconds = deadline.left() / (len(starts) - i)
+        found, cost, steps = device_search(task, start, searched, seconds, max_rounds)
         if steps and cost * scale < best_cost - 1e-9 * abs(best_cost):
             best, best_cost = found, cost * scale
             note = f"{steps} search steps from {start.candidate}"
@@ -190,11 +167,14 @@ def analytic_scorer(task: PlacementTask, backend: SimulatedBackend | None = None
     return lambda placements: backend.overall_many(task, placements).tolist()
 
 
-def analytic_splits(task: PlacementTask, backend: SimulatedBackend | None = None) -> tuple:
-    """The splits the analytic model picks: among `candidate_splits`, the one whose shards the
-    best heuristic placement (by that model) runs cheapest."""
+def analytic_splits(
+    task: PlacementTask, backend: SimulatedBackend | None = None, deadline: Deadline | None = None
+) -> tuple:
+    """The splits the analytic model picks: among `candidate_splits` (those rated before
+    `deadline`), the one whose shards the best heuristic placement (by that model) runs
+    cheapest."""
     rating = (backend or SimulatedBackend()).cheapest
-    return choose_splits(task, candidate_splits(task), rating)[0]
+    return choose_splits(task, candidate_splits(task), rating, deadline=deadline)[0]
 
 
 def search_analytic_place(
@@ -223,9 +203,13 @@ class DreamShardSearch(DreamShardMethod):
 
     name = "dreamshard_search"
 
+    def default_budget(self, task: PlacementTask) -> float:
+        return max(SEARCH_SECONDS, super().default_budget(task))
+
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        seconds = options.time_budget or SEARCH_SECONDS
-        return dreamshard_search_place(task, options.model, options.samples, options.seed, seconds)
+        return dreamshard_search_place(
+            task, options.model, options.samples, options.seed, options.until()
+        )
 
     def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
         return [self.place(task, options)]
@@ -237,12 +221,14 @@ class AnalyticSearch(BasePlanner):
 
     name = "search_analytic"
 
+    def default_budget(self, task: PlacementTask) -> float:
+        return max(SEARCH_SECONDS, super().default_budget(task))
+
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        return analytic_splits(task)
+        return analytic_splits(task, deadline=options.until().share(SPLIT_SHARE))
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        seconds = options.time_budget or SEARCH_SECONDS
-        return search_analytic_place(task, options.seed, seconds)
+        return search_analytic_place(task, options.seed, options.until().left())
 
 
 DREAMSHARD_SEARCH = DreamShardSearch()

@@ -3,9 +3,9 @@
 A column-wise split cuts a table into k shards of equal width, k a power of two and each width a
 multiple of 4 (fbgemm's rule). A column shard keeps its table's rows, pooling factor and access
 histogram: every lookup still reads a row, only a narrower slice of it. A row-wise split cuts the
-rows into k nearly equal ranges; a row shard has the lookups that fall in its rows, taken from
-the table's trace (or, for a table known only by statistics, its share of them), and its own
-histogram. An unsplit table is one shard: itself.
+rows into k nearly equal ranges; a row shard has its share of the table's lookups (rows in
+proportion) and the table's histogram, what a range of hashed or scattered ids holds on
+average, known without reading the trace. An unsplit table is one shard: itself.
 
 A shard is a `Table` like any other (features, costs, memory and planners need nothing else),
 named `name[c0:c1]` or `name[r0:r1]`, whose `shard` field says what it is cut from. Its `trace`
@@ -17,11 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from dreamshard.errors import DreamshardError
-from dreamshard.tables.table import NUM_BINS, ShardRange, Table, access_histogram
-from dreamshard.tables.traces import trace_for
+from dreamshard.tables.table import ShardRange, Table
 
 SPLIT_KINDS = ("column", "row")
 
@@ -93,43 +90,25 @@ def row_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
-    shards = []
-    stats = _row_statistics(table, parts)
-    for (r0, r1), (pooling, histogram) in zip(row_bounds(table.rows, parts), stats):
-        shards.append(
-            replace(
-                table,
-                name=f"{table.name}[r{r0}:{r1}]",
-                rows=r1 - r0,
-                pooling_factor=pooling,
-                histogram=histogram,
-                shard=ShardRange(table.name, "row", r0, r1, table.rows),
-            )
+    """Row ranges with their expected statistics: each range's share of the table's lookups
+    (rows in proportion) and the table's histogram. Ids are hashed or scattered (the synthetic
+    generator scatters its hot rows), so a range of rows holds a like sample of the table's
+    rows, which its share describes; TorchRec's planner assumes the same. Reading the trace
+    instead cost 0.5 s to generate and 1.6 s to cut per dlrm table over 128 devices (48 s for
+    one heuristic's plan of 856 tables); a shard's measured lookups still come from the trace
+    (`tables.traces.shard_trace`). A range holding a hot row does more than its share: cut in
+    three, the cpu profile's ranges had 0.66-1.35x their share of the lookups."""
+    share = table.pooling_factor / table.rows
+    return tuple(
+        replace(
+            table,
+            name=f"{table.name}[r{r0}:{r1}]",
+            rows=r1 - r0,
+            pooling_factor=share * (r1 - r0),
+            shard=ShardRange(table.name, "row", r0, r1, table.rows),
         )
-    return tuple(shards)
-
-
-def _row_statistics(table: Table, parts: int) -> list[tuple[float, tuple[float, ...]]]:
-    """Each row range's pooling factor and histogram: from the table's trace when it has one,
-    else its share of the lookups (rows in proportion) with the table's histogram."""
-    bounds = row_bounds(table.rows, parts)
-    if table.trace is None:
-        share = table.pooling_factor / table.rows
-        return [(share * (r1 - r0), table.histogram) for r0, r1 in bounds]
-    indices, batch = _trace_indices(table)
-    stats = []
-    for r0, r1 in bounds:
-        inside = indices[(indices >= r0) & (indices < r1)]
-        if inside.size == 0:  # no lookup fell here: one, so that the shard stays a valid table
-            stats.append((1.0 / batch, (1.0,) + (0.0,) * (NUM_BINS - 1)))
-        else:
-            stats.append((inside.size / batch, access_histogram(inside)))
-    return stats
-
-
-def _trace_indices(table: Table) -> tuple[np.ndarray, int]:
-    indices, offsets = trace_for(table, table.trace.batch_size)
-    return np.asarray(indices), len(offsets) - 1
+        for r0, r1 in row_bounds(table.rows, parts)
+    )
 
 
 def validate_splits(tables: tuple[Table, ...] | list[Table], splits: tuple[Split, ...]) -> None:
