@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+from conftest import generated_tables, place_command
 
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.policy import fast_rollout
@@ -82,3 +83,13 @@ def test_an_ample_budget_plans_exactly_as_no_budget(model):
     timed = fast_rollout(model.policy, task, model.costnet, 1, 4, generator, ample)
     again = fast_rollout(model.policy, task, model.costnet, 1, 4, torch.Generator().manual_seed(2))
     assert np.array_equal(timed.devices, again.devices)
+
+
+def test_place_takes_a_time_budget_and_refuses_a_bad_one(cli, tmp_path):
+    tables = generated_tables(tmp_path / "t.json", 40)
+    done = cli(*place_command(tables, 4, 1, "--method", "search_analytic", "--time-budget", "0.5"))
+    assert done.returncode == 0, done.stderr
+    assert "planned in" in done.stdout
+    refused = cli(*place_command(tables, 4, 1, "--time-budget", "-1"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "--time-budget: must be positive" in refused.stderr
