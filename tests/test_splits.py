@@ -193,7 +193,7 @@ def test_split_candidates_offer_the_rules_tables_cut_row_wise_pinned_one_shard_a
     for seed in range(30):
         task = binding_cap_task(seed)
         base, d = memory_splits(task), task.num_devices
-        candidates = candidate_splits(task)
+        candidates = list(candidate_splits(task))
         offered = {tuple(sorted((s.table, s.kind, s.parts) for s in c)) for c in candidates}
         for key in HEURISTIC_KEYS.values():
             rule = balance_splits(task, key, base)

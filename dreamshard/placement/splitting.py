@@ -35,7 +35,7 @@ with its splits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -182,48 +182,61 @@ def split_place(
 
 def candidate_splits(
     task: PlacementTask, keys: Iterable[Callable[[Table], float]] = ()
-) -> list[tuple[Split, ...]]:
-    """Distinct split sets, most telling first (a budget may rate only the first few): the
-    memory splits alone; the balance rule over them under each heuristic's key and each of
-    `keys` (the memory splits come first); the rule's tables cut row-wise instead
-    (`row_variant`); then each rule stopped at every halving level on the way (at most 2, 4,
-    ... shards a table): on a CPU a column shard repeats all of its table's lookups, so one
-    halving can beat the rule's quarters."""
+) -> Iterator[tuple[Split, ...]]:
+    """Distinct split sets, most telling first, each made when asked for (a budget may rate
+    only the first few): the memory splits alone; the balance rule over them under each
+    heuristic's key and each of `keys` (the memory splits come first); the rule's tables cut
+    row-wise instead (`row_variant`); then each rule stopped at every halving level on the way
+    (at most 2, 4, ... shards a table): on a CPU a column shard repeats all of its table's
+    lookups, so one halving can beat the rule's quarters."""
     base = memory_splits(task)
-    found = {_identity(base): base}
-    rules = [balance_splits(task, key, base) for key in (*HEURISTIC_KEYS.values(), *keys)]
-    for splits in rules:
-        found.setdefault(_identity(splits), splits)
+    seen = set()
+
+    def unseen(splits: tuple[Split, ...]) -> bool:
+        identity = _identity(splits)
+        fresh = identity not in seen
+        seen.add(identity)
+        return fresh
+
+    unseen(base)
+    yield base
+    keys = (*HEURISTIC_KEYS.values(), *keys)
+    rules = []
+    for key in keys:
+        rules.append(balance_splits(task, key, base))
+        if unseen(rules[-1]):
+            yield rules[-1]
     for splits in rules:
         rows = row_variant(task, splits, base)
-        found.setdefault(_identity(rows), rows)
-    for key, full in zip((*HEURISTIC_KEYS.values(), *keys), rules):
+        if unseen(rows):
+            yield rows
+    for key, full in zip(keys, rules):
         deepest = max((s.parts for s in full if s.kind == "column"), default=1)
         for cap in [2**k for k in range(1, deepest.bit_length() - 1)]:  # 2, 4, ... below deepest
             splits = balance_splits(task, key, base, cap)
-            found.setdefault(_identity(splits), splits)
-    return list(found.values())
+            if unseen(splits):
+                yield splits
 
 
 def choose_splits(
     task: PlacementTask,
-    candidates: list[tuple[Split, ...]],
+    candidates: Iterable[tuple[Split, ...]],
     rating: SplitRating,
     keys=tuple(HEURISTIC_KEYS),
     deadline: Deadline | None = None,
 ) -> tuple[tuple[Split, ...], float]:
     """The candidate whose shards the heuristics `keys` place cheapest as `rating` rates their
     placements (`heuristic_placements`; a candidate none of them places rates infinite), the
-    first on ties, and that cost. Candidates are rated in order until `deadline` passes; the
+    first on ties, and that cost. Candidates are taken in order until `deadline` passes; the
     first is always rated."""
     deadline = deadline or Deadline()
-    best, best_cost = candidates[0], float("inf")
-    for i, splits in enumerate(candidates):
-        if i and deadline.passed():
+    best, best_cost = None, float("inf")
+    for splits in candidates:
+        if best is not None and deadline.passed():
             break
         found = heuristic_placements(task, splits, keys)
         cost = rating(shard_task(task, splits), found) if found else float("inf")
-        if cost < best_cost:
+        if best is None or cost < best_cost:
             best, best_cost = splits, cost
     return best, best_cost
 
