@@ -154,6 +154,7 @@ def main() -> None:
             results[task_name, label] = found
             print(task_name, label, found, flush=True)
     note = f"load average {load:.1f} on {os.cpu_count()} cores at the start"
+    note += f"; command: `.venv/bin/python {' '.join(sys.argv)}`"
     write_text_atomic(RESULTS, report(args.tasks, results, source, args.repeats, note))
     print(RESULTS.read_text())
     print(f"wrote {RESULTS}")
