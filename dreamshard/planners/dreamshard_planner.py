@@ -188,7 +188,7 @@ def ranked_candidates(
             task,
             best,
             costnet_model(model.costnet, task),
-            seconds=None if not timed else deadline.left(),
+            seconds=deadline.left(),  # inf: no deadline
             max_rounds=PLACE_SEARCH_ROUNDS,
             max_scored=PLACE_SEARCH_SCORED,
         )
