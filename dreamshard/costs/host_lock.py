@@ -99,8 +99,16 @@ def host_lock() -> Iterator[None]:
         lock.release()
 
 
+HOLDER_WAIT = 2.0  # seconds a waiter gives a new holder to write its record before saying so
+
+
 def _announce(path: Path) -> None:
-    found = holder(path)
+    # the holder writes its record just after it takes the lock: a waiter that reads in between
+    # finds the file empty, so it reads again for a moment before it calls the holder unknown
+    found, until = holder(path), time.monotonic() + HOLDER_WAIT
+    while not found and time.monotonic() < until:
+        time.sleep(0.02)
+        found = holder(path)
     pid = found.get("pid", -1)
     if pid in _announced:
         return
