@@ -28,9 +28,11 @@ def untrained(comm: dict | None, seed: int, encoder: str = "relu") -> DreamShard
     return DreamShardModel(costnet, PlacementPolicy())
 
 
+@pytest.mark.parametrize("topology", ["cpu-gloo", "per-host=2,intra=0.7,inter=0.05"])
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
-def test_the_analytic_model_is_the_simulated_backend(task):
-    backend = SimulatedBackend()
+def test_the_analytic_model_is_the_simulated_backend(task, topology):
+    """On one host and across hosts of 2 (3 devices: a partial last host)."""
+    backend = SimulatedBackend(topology=topology)
     model = analytic_model(task, backend)
     placements = [random_place(task, seed) for seed in range(6)]
     exact = backend.overall_many(task, placements)
@@ -43,7 +45,15 @@ def test_the_analytic_model_is_the_simulated_backend(task):
 
 
 @pytest.mark.parametrize("encoder", COSTNET_ENCODERS)
-@pytest.mark.parametrize("comm", [None, {"topology": "cpu-gloo", "batch": 2048}])
+@pytest.mark.parametrize(
+    "comm",
+    [
+        None,
+        {"topology": "cpu-gloo", "batch": 2048},
+        {"topology": "per-host=2,intra=0.7,inter=0.05", "batch": 2048},
+    ],
+    ids=["learned", "one-host", "hosts"],
+)
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
 def test_the_costnet_model_is_the_cost_network(task, comm, encoder):
     """Learned or modeled communication alike: the same numbers as the network's own scorer,

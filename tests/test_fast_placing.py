@@ -9,20 +9,22 @@ from hypothesis import strategies as st
 
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.learn.policy import PlacementPolicy, fast_rollout
+from dreamshard.learn.policy import Lookahead, PlacementPolicy, fast_rollout
 from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import least_load_dive, search_assignment
-from dreamshard.placement.tasks import PlacementTask, is_legal
+from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import (
     HEURISTIC_MARGIN,
     PLACE_SEARCH_ROUNDS,
     PLACE_SEARCH_SCORED,
     costnet_greedy,
+    costnet_scorer,
     dreamshard_place,
     predicted_overall,
 )
+from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.table import Table
 from tests.conftest import give_residual_weights
 
@@ -44,6 +46,11 @@ def random_task(seed: int, num_tables: int, num_devices: int, slack: float) -> P
 
 
 MODELED = {"topology": "cpu-gloo", "batch": 2048}
+# hosts of 4 on a slow network: at 8 devices and more the exchange is hierarchical
+HOSTS = {
+    "topology": "per-host=4,intra=0.7,inter=0.1,latency=0.25,network-latency=0.5",
+    "batch": 2048,
+}
 
 
 def networks(
@@ -76,7 +83,7 @@ cases = st.tuples(
     st.sampled_from([1.0, 1.02, 1.1, 1.3, 2.0]),  # slack: 1.0 is as tight as it gets
     st.booleans(),  # table-aware
     st.booleans(),  # one-step lookahead
-    st.sampled_from([None, MODELED]),  # communication learned or modeled
+    st.sampled_from([None, MODELED, HOSTS]),  # communication learned, modeled, across hosts
     st.sampled_from(COSTNET_ENCODERS),  # the cost network's design
 )
 
@@ -202,3 +209,34 @@ def test_the_lookahead_alone_is_the_cost_networks_greedy_placement(case):
     assert fast.devices.tolist() == reference.devices.tolist()
     if own is not None and reference.legal[0]:
         assert reference.devices[0].tolist() == list(own.devices)
+
+
+SLOW_HOSTS = {"topology": "per-host=4,intra=0.7,inter=0.01", "batch": 8192}  # exchange dominates
+
+
+@pytest.mark.parametrize("comm", [MODELED, SLOW_HOSTS], ids=["one-host", "hosts"])
+def test_the_lookahead_regret_is_the_networks_overall_with_the_table_on_each_device(comm):
+    """Host 0 holds four wide tables, host 1 four narrow ones, and a ninth table comes: its
+    regret on each device is the cost network's predicted overall of the nine with it there,
+    less the cheapest such choice. Across hosts, host 1's devices wait for what they receive
+    from host 0, and a table that joins host 1 spares its peers that wait: the peers change
+    too, and host 1 is the cheaper host."""
+    dims = [256] * 4 + [16] * 4 + [64]
+    tables = tuple(Table(f"t{i}", 1000 * (i + 1), dim, 2.0) for i, dim in enumerate(dims))
+    task = PlacementTask(tables, 8, 2**30, "fp32")
+    _, costnet = networks(5, False, comm=comm)
+    ahead = Lookahead(task, costnet, 1)
+    with torch.no_grad():
+        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables))).numpy()
+    sums = np.zeros((1, 8, encoded.shape[1]), dtype=np.float32)
+    for table in range(8):  # table i on device i
+        placed = ahead.with_table(sums, encoded[table])
+        ahead.place(table, np.array([table]), placed)
+        sums[0, table] += encoded[table]
+    regret = ahead.regret(8, ahead.with_table(sums, encoded[8]))[0]
+    scorer = costnet_scorer(DreamShardModel(costnet, PlacementPolicy()), task)
+    overall = np.array(scorer([Placement((*range(8), j)) for j in range(8)]))
+    overall /= float(costnet.scale)
+    assert regret == pytest.approx(overall - overall.min(), rel=1e-3, abs=1e-4)
+    if comm is SLOW_HOSTS:
+        assert regret[4:].max() < regret[:4].min()

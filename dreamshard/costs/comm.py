@@ -26,12 +26,24 @@ Shards (`tables.shards`) enter through their widths, a shard's `dim`:
   timed sends exactly these blocks, so the reduce-scatter's exchange is measured there, less
   the sums; gloo's own reduce-scatter (a full all-reduce, then a slice) is not what a trainer
   would run, and is neither timed nor calibrated on.
+
+Across hosts the all-to-all is hierarchical. With L devices per host (device i on host i // L),
+a device's blocks to its L - 1 host peers travel on the host's links (NVLink, PCIe), those to
+the D - L devices elsewhere on the network, both at once:
+
+    send_in = B * w_d * (L - 1) / D     recv_in = B / D * (W_h - w_d)     (W_h = its host's sum)
+    send_out = B * w_d * (D - L) / D    recv_out = B / D * (W - W_h)
+    transfer_d = latency * (L - 1) + network_latency * (D - L)
+                 + max(max(send_in, recv_in) / bandwidth, max(send_out, recv_out) / network)
+
+so moving a table between hosts changes the time of every device on both hosts, and a host's
+widths cost less kept at home. A topology whose hosts hold every device is the flat model above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,11 +64,23 @@ ROW_PARTIALS_MEASURED = (
 @dataclass(frozen=True)
 class Topology:
     name: str
-    bandwidth_gbps: float  # GB/s each device sustains in the all-to-all
-    latency_ms: float  # per peer message
+    bandwidth_gbps: float  # GB/s each device sustains in the all-to-all inside its host
+    latency_ms: float  # per message to a peer on the same host
     description: str
+    devices_per_host: int = 0  # 0: one host holds every device (a flat topology)
+    network_gbps: float = 0.0  # GB/s each device sustains to devices on other hosts
+    network_latency_ms: float = 0.0  # per message to a peer on another host
+
+    def host_size(self, d: int) -> int:
+        """Devices per host among `d` devices (`d` when one host holds them all)."""
+        return d if self.devices_per_host <= 0 else min(self.devices_per_host, d)
+
+    def hosts_of(self, d: int) -> np.ndarray:
+        """[d] the host of each device: device i sits on host i // L, as TorchRec numbers ranks."""
+        return np.arange(d) // self.host_size(d)
 
 
+GIB = 1024**3 / 1e9  # GB per GiB (TorchRec states its bandwidths in GiB/s)
 TOPOLOGIES = {
     t.name: t
     for t in (
@@ -66,14 +90,140 @@ TOPOLOGIES = {
         # Measured on this 2-core CPU host, 2026-11-29: gloo all_to_all_single between 2 and 4
         # processes (benchmarks/gloo_alltoall.py): fit 0.23 ms per peer, 0.68 GB/s sent.
         Topology("cpu-gloo", 0.7, 0.25, "this CPU host: gloo between processes"),
+        # hosts of 8: the network at 80% of the NIC's line rate, as `network` above
+        Topology(
+            "nvlink-rdma",
+            150.0,
+            0.015,
+            "hosts of 8 GPUs on NVLink, a 400 Gb/s RDMA NIC per GPU",
+            8,
+            40.0,
+            0.030,
+        ),
+        Topology(
+            "pcie-ethernet",
+            20.0,
+            0.025,
+            "hosts of 8 GPUs on PCIe, a 100 Gb/s NIC per GPU",
+            8,
+            10.0,
+            0.050,
+        ),
+        # torchrec/distributed/planner/constants.py: INTRA_NODE_BANDWIDTH, CROSS_NODE_BANDWIDTH
+        # and its default local world size; TorchRec models no latency
+        Topology(
+            "torchrec",
+            600 * GIB,
+            0.0,
+            "TorchRec's planner defaults: hosts of 8, "
+            "600 GiB/s inside a host, 12.5 GiB/s between hosts",
+            8,
+            12.5 * GIB,
+            0.0,
+        ),
     )
 }
+CUSTOM_KEYS = {
+    "per-host": "devices_per_host",
+    "intra": "bandwidth_gbps",
+    "inter": "network_gbps",
+    "latency": "latency_ms",
+    "network-latency": "network_latency_ms",
+}
+TOPOLOGY_HELP = (
+    f"a preset ({', '.join(TOPOLOGIES)}); a multi-host preset with its devices per host, as "
+    "nvlink-rdma:4; or your own hosts, as per-host=8,intra=150,inter=40[,latency=0.015,"
+    "network-latency=0.03] (GB/s per device, ms per message)"
+)
 
 
 def get_topology(name: str) -> Topology:
-    if name not in TOPOLOGIES:
-        raise DreamshardError(f"unknown topology {name!r}; choose one of {', '.join(TOPOLOGIES)}")
-    return TOPOLOGIES[name]
+    """The topology a name gives: a preset, `preset:L` (L devices per host), or a custom
+    `per-host=L,intra=GBPS,inter=GBPS[,latency=MS,network-latency=MS]`."""
+    if name in TOPOLOGIES:
+        return TOPOLOGIES[name]
+    if "=" in name:
+        return _custom_topology(name)
+    preset, _, size = name.partition(":")
+    if preset not in TOPOLOGIES or not size:
+        raise DreamshardError(f"unknown topology {name!r}; give {TOPOLOGY_HELP}")
+    base = TOPOLOGIES[preset]
+    if base.devices_per_host <= 0:
+        multi = ", ".join(n for n, t in TOPOLOGIES.items() if t.devices_per_host > 0)
+        raise DreamshardError(
+            f"topology {preset!r} is one host and has no devices per host; a multi-host one "
+            f"is {multi}"
+        )
+    if not size.isdigit() or int(size) < 1:
+        raise DreamshardError(f"topology {name!r}: devices per host must be a whole number >= 1")
+    return replace(base, name=name, devices_per_host=int(size))
+
+
+def _custom_topology(name: str) -> Topology:
+    values = {}
+    for part in name.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() not in CUSTOM_KEYS:
+            raise DreamshardError(
+                f"topology {name!r}: unknown key {key.strip()!r}; keys: {', '.join(CUSTOM_KEYS)}"
+            )
+        try:
+            values[CUSTOM_KEYS[key.strip()]] = float(value)
+        except ValueError:
+            raise DreamshardError(f"topology {name!r}: {key.strip()} must be a number") from None
+    missing = [k for k in ("per-host", "intra", "inter") if CUSTOM_KEYS[k] not in values]
+    if missing:
+        raise DreamshardError(f"topology {name!r} lacks {', '.join(missing)}")
+    per_host = values.pop("devices_per_host")
+    if per_host < 1 or per_host != int(per_host):
+        raise DreamshardError(f"topology {name!r}: per-host must be a whole number >= 1")
+    for field in ("bandwidth_gbps", "network_gbps"):
+        if not values[field] > 0:
+            raise DreamshardError(f"topology {name!r}: bandwidths must be above 0 GB/s")
+    if min(values.get("latency_ms", 0.0), values.get("network_latency_ms", 0.0)) < 0:
+        raise DreamshardError(f"topology {name!r}: latencies cannot be negative")
+    return Topology(
+        name=name,
+        description="custom hosts",
+        devices_per_host=int(per_host),
+        **{"latency_ms": 0.0, "network_latency_ms": 0.0, **values},
+    )
+
+
+def hosts_topology(name: str, hosts: int, d: int) -> str:
+    """The name of topology `name` with `d` devices spread evenly over `hosts` hosts."""
+    topology = get_topology(name)
+    if hosts < 1:
+        raise DreamshardError(f"--hosts must be at least 1, not {hosts}")
+    if d % hosts:
+        raise DreamshardError(
+            f"{d} devices do not divide evenly over {hosts} hosts; choose a host count that "
+            f"divides {d}"
+        )
+    if hosts == 1:
+        return name
+    if topology.devices_per_host <= 0:
+        multi = ", ".join(n for n, t in TOPOLOGIES.items() if t.devices_per_host > 0)
+        raise DreamshardError(
+            f"topology {name!r} is one host; for {hosts} hosts choose a multi-host one ({multi}) "
+            "or give your own (per-host=L,intra=GBPS,inter=GBPS)"
+        )
+    base = name.partition(":")[0] if "=" not in name else None
+    if base is None:  # a custom spec: its per-host entry replaced
+        parts = [p for p in name.split(",") if p.partition("=")[0].strip() != "per-host"]
+        return ",".join([f"per-host={d // hosts}", *parts])
+    return f"{base}:{d // hosts}"
+
+
+def host_widths(widths: np.ndarray, topology: Topology) -> np.ndarray:
+    """[..., D]: the summed width of each device's host, for device widths [..., D]."""
+    widths = np.asarray(widths, dtype=np.float64)
+    d = widths.shape[-1]
+    hosts = topology.hosts_of(d)
+    if hosts[-1] == 0:  # one host
+        return np.broadcast_to(widths.sum(axis=-1, keepdims=True), widths.shape).copy()
+    member = np.eye(hosts[-1] + 1)[hosts]  # [D, H]
+    return (widths @ member) @ member.T
 
 
 def transfer_ms(widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
@@ -85,19 +235,38 @@ def transfer_many(widths: np.ndarray, batch_size: int, topology: Topology) -> np
     """`transfer_ms` of many placements at once: widths [..., D] -> times [..., D] in ms."""
     widths = np.asarray(widths, dtype=np.float64)
     total = widths.sum(axis=-1, keepdims=True)
-    return device_transfer_ms(widths, total, widths.shape[-1], batch_size, topology)
+    hosts = host_widths(widths, topology)
+    return device_transfer_ms(widths, total, widths.shape[-1], batch_size, topology, hosts)
 
 
 def device_transfer_ms(
-    widths: np.ndarray, total: np.ndarray | float, d: int, batch_size: int, topology: Topology
+    widths: np.ndarray,
+    total: np.ndarray | float,
+    d: int,
+    batch_size: int,
+    topology: Topology,
+    host: np.ndarray | float | None = None,
 ) -> np.ndarray:
-    """A device's all-to-all time from its own width and the total width of all `d` devices:
-    moving tables between devices leaves the total, and so every other device's time, alone."""
+    """A device's all-to-all time from its own width, its host's summed width `host` and the
+    total width of all `d` devices. On one host `host` is the total and may be left out:
+    moving tables between devices leaves the total, and so every other device's time, alone;
+    across hosts a move changes every device on the two hosts it joins."""
     widths = np.asarray(widths, dtype=np.float64)
     if d <= 1:
         return np.zeros_like(widths)
-    send, recv = exchange_bytes(widths, total, d, batch_size)
-    return topology.latency_ms * (d - 1) + np.maximum(send, recv) * ms_per_byte(topology)
+    size = topology.host_size(d)
+    if size >= d:
+        send, recv = exchange_bytes(widths, total, d, batch_size)
+        return topology.latency_ms * (d - 1) + np.maximum(send, recv) * ms_per_byte(topology)
+    if host is None:
+        raise ValueError("a topology across hosts needs each device's host width")
+    per_row = batch_size / d * POOLED_BYTES
+    send_in, recv_in = per_row * widths * (size - 1), per_row * (host - widths)
+    send_out, recv_out = per_row * widths * (d - size), per_row * (total - host)
+    inside = np.maximum(send_in, recv_in) * ms_per_byte(topology)
+    outside = np.maximum(send_out, recv_out) * 1000.0 / (topology.network_gbps * 1e9)
+    latency = topology.latency_ms * (size - 1) + topology.network_latency_ms * (d - size)
+    return latency + np.maximum(inside, outside)
 
 
 def exchange_bytes(

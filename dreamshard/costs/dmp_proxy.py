@@ -11,8 +11,8 @@ its own input distribution, lookup and output distribution):
   table's ids go to every shard's rank (each shard is a feature of its own); a row-wise table's
   ids go to the rank whose rows they hit (a row shard's pooling factor is its share of the
   lookups). Three collectives per group (splits, lengths, ids);
-- **the pooled all-to-all** of table- and column-wise shards (modeled, `comm.device_transfer_ms`
-  per group, forward and backward);
+- **the pooled all-to-all** of table- and column-wise shards (modeled, `comm.transfer_ms` per
+  group, forward and backward: hierarchical on a topology across hosts);
 - **row-wise partial sums** (modeled): each rank pools its rows for the whole batch, [B, dim]
   per row-wise table, and the sums are reduce-scattered (gloo: an all-reduce's volume, ring
   steps), their gradients all-gathered in the backward;
@@ -23,7 +23,8 @@ its own input distribution, lookup and output distribution):
   of row-wise tables (per id). `fit_step_model` fits them, and a scale on the kernels, on DMP
   steps of calibration plans (`benchmarks/torchrec_e2e.py` measures them on training tasks).
 
-A rank's step is its scaled kernels plus its modeled communication; the estimate is the slowest
+The other collectives use the topology's bandwidth inside a host: the DMP steps this models run
+on one host (gloo on this CPU). A rank's step is its scaled kernels plus its modeled communication; the estimate is the slowest
 rank's plus the fitted work. Everything here is modeled or fitted, never timed; reports label it.
 """
 
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from dreamshard.costs.comm import POOLED_BYTES, Topology, device_transfer_ms
+from dreamshard.costs.comm import POOLED_BYTES, Topology, transfer_ms
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 
 ID_BYTES = 8  # int64 ids
@@ -103,7 +104,7 @@ def step_terms(
             widths = np.zeros(d)
             for table, rank in members:
                 widths[rank] += table.dim
-            pooled += 2 * device_transfer_ms(widths, widths.sum(), d, batch, topology)
+            pooled += 2 * transfer_ms(widths, batch, topology)
     # one entry per row-wise table (any of its shards: they keep the table's dim)
     row_tables = {t.shard.of: t for t in shards.tables if shard_group(t) == "row_wise"}
     row_width = sum(t.dim for t in row_tables.values())

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dreamshard.costs.comm import device_transfer_ms, get_topology
+from dreamshard.costs.comm import Topology, device_transfer_ms, get_topology, host_widths
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, compose_overall, mlp, occupied
 from dreamshard.placement.budget import Deadline
 from dreamshard.placement.packing import CompletionGuard
@@ -177,13 +177,23 @@ class Lookahead:
         if self.comm is None:
             rest = np.where(self.busy, 2 * self.costs[..., 1] + self.costs[..., 2], -np.inf)
             new_rest = 2 * placed[..., 1] + placed[..., 2]
-        else:  # a device's exchange: its own width and the total, the same for every choice
-            total = self.widths.sum(axis=1, keepdims=True) + self.dims[table]
+        else:  # a device's exchange: its own width, its host's and the total
+            dim, bwd = self.dims[table], np.where(self.busy, self.costs[..., 2], 0.0)
+            total = self.widths.sum(axis=1, keepdims=True) + dim
+            host = host_widths(self.widths, self.topology)
             args = (total, self.d, self.batch, self.topology)
-            now = device_transfer_ms(self.widths, *args) / self.scale
-            wider = device_transfer_ms(self.widths + self.dims[table], *args) / self.scale
-            rest = 2 * now + np.where(self.busy, self.costs[..., 2], 0.0)
+            now = device_transfer_ms(self.widths, *args, host) / self.scale
+            wider = device_transfer_ms(self.widths + dim, *args, host + dim) / self.scale
+            rest = 2 * now + bwd
             new_rest = 2 * wider + placed[..., 2]
+            if self.topology.host_size(self.d) < self.d:  # the chosen host's peers change too
+                peers = 2 * device_transfer_ms(self.widths, *args, host + dim) / self.scale + bwd
+                others = np.maximum(
+                    host_peers_max(peers, self.topology), other_hosts_max(rest, self.topology)
+                )
+                overall = np.maximum(others_max(fwd), placed[..., 0])
+                overall += np.maximum(others, new_rest)
+                return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
         overall = np.maximum(others_max(fwd), placed[..., 0])
         overall += np.maximum(others_max(rest), new_rest)
         return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
@@ -200,6 +210,30 @@ def others_max(values: np.ndarray) -> np.ndarray:
     rest[rows, top] = -np.inf
     second = rest.max(axis=1, keepdims=True)
     return np.where(np.arange(values.shape[1]) == top[:, None], second, first)
+
+
+def _by_host(values: np.ndarray, topology: Topology) -> np.ndarray:
+    """[E, H, L] of device values [E, D], a partial last host padded with -inf."""
+    e, d = values.shape
+    size = topology.host_size(d)
+    hosts = -(-d // size)
+    padded = np.full((e, hosts * size), -np.inf)
+    padded[:, :d] = values
+    return padded.reshape(e, hosts, size)
+
+
+def host_peers_max(values: np.ndarray, topology: Topology) -> np.ndarray:
+    """[E, D]: for each device, the max of `values` [E, D] over the other devices of its host."""
+    e, d = values.shape
+    hosts = _by_host(values, topology)
+    flat = others_max(hosts.reshape(-1, hosts.shape[-1]))
+    return flat.reshape(e, -1)[:, :d]
+
+
+def other_hosts_max(values: np.ndarray, topology: Topology) -> np.ndarray:
+    """[E, D]: for each device, the max of `values` [E, D] over the devices of other hosts."""
+    per_host = _by_host(values, topology).max(axis=2)  # [E, H]
+    return others_max(per_host)[:, topology.hosts_of(values.shape[1])]
 
 
 LOOKAHEAD_INIT = 300.0  # the lookahead's starting weight: logits apart by 3 per 0.01 x scale

@@ -8,6 +8,8 @@ widths. A placement's overall cost is then
     overall = max_d fwd(S_d) + max_d (2 x comm_d(widths) + bwd(S_d))
 
 so a move or a swap changes two device sums, and its cost needs two device evaluations, not D.
+On a topology across hosts a device's exchange also depends on its host's summed width: a move
+between hosts re-rates the exchange of every device on the two hosts (2 L, not D).
 Only moves that touch a *critical* device (one holding the forward or the backward maximum)
 can lower the overall cost, since every other move leaves both maxima where they are or
 raises them; the search lists just those: every table of a critical device moved to any
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dreamshard.costs.comm import device_transfer_ms, get_topology
+from dreamshard.costs.comm import Topology, device_transfer_ms, get_topology
 from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
@@ -43,30 +45,33 @@ class DeviceModel:
 
     `vectors` [T, F]: each table's additive vector. `terms(S)` maps device sums [N, F] to
     (fwd [N], bwd [N], own_comm [N] or None); own_comm is a per-device communication that
-    depends on the device's sum alone (a learned head), else `transfer(widths)` [N] gives a
-    device's modeled all-to-all from its own width (the total width never changes, so one
-    device's move leaves the others' times alone). An empty device (zero sum) costs nothing
-    itself; with a modeled all-to-all it still exchanges.
+    depends on the device's sum alone (a learned head), else `transfer(widths, host)` [N] gives
+    a device's modeled all-to-all from its own width and its host's summed width (the total
+    width never changes; on one host a device's move leaves the others' times alone). `hosts`
+    [D] is each device's host when the topology spans hosts, else None. An empty device (zero
+    sum) costs nothing itself; with a modeled all-to-all it still exchanges.
     """
 
     vectors: np.ndarray
     terms: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
-    transfer: Callable[[np.ndarray], np.ndarray] | None
+    transfer: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
     dims: np.ndarray  # [T] each table's width
+    hosts: np.ndarray | None = None
 
     def device_terms(
-        self, sums: np.ndarray, busy: np.ndarray, widths: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(fwd, rest) of devices with sums [N, F], table counts > 0 `busy` and widths [N]:
-        fwd is -inf where idle; rest is 2 x comm + bwd (an idle device only exchanges, or
-        with a learned comm head is -inf)."""
+        self, sums: np.ndarray, busy: np.ndarray, widths: np.ndarray, host: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fwd, rest, base) of devices with sums [N, F], table counts > 0 `busy`, widths [N]
+        and host widths [N]: fwd is -inf where idle; rest is 2 x comm + bwd (an idle device
+        only exchanges, or with a learned comm head is -inf); base is rest less the modeled
+        exchange."""
         fwd, bwd, own = self.terms(sums)
         fwd = np.where(busy, fwd, -np.inf)
         if own is None:
-            rest = np.where(busy, bwd, 0.0) + 2 * self.transfer(widths)
-        else:
-            rest = np.where(busy, 2 * own + bwd, -np.inf)
-        return fwd, rest
+            base = np.where(busy, bwd, 0.0)
+            return fwd, base + 2 * self.transfer(widths, host), base
+        rest = np.where(busy, 2 * own + bwd, -np.inf)
+        return fwd, rest, rest
 
     def cost(self, task: PlacementTask, devices: np.ndarray) -> float:
         """The model's overall cost of one placement."""
@@ -83,6 +88,8 @@ class _State:
     used: np.ndarray  # [D] bytes
     fwd: np.ndarray  # [D]
     rest: np.ndarray  # [D]
+    base: np.ndarray  # [D] rest less the modeled exchange
+    host: np.ndarray  # [H] each host's summed width (one entry on one host)
 
     @classmethod
     def start(cls, model: DeviceModel, task: PlacementTask, devices: np.ndarray) -> _State:
@@ -92,8 +99,11 @@ class _State:
         count = np.bincount(devices, minlength=d)
         widths = np.bincount(devices, model.dims, d).astype(np.float64)
         used = device_memory(task, Placement(tuple(int(v) for v in devices)))
-        fwd, rest = model.device_terms(sums, count > 0, widths)
-        return cls(devices.copy(), sums, count, widths, used.astype(np.int64), fwd, rest)
+        hosts = model.hosts if model.hosts is not None else np.zeros(d, dtype=np.int64)
+        host = np.bincount(hosts, widths).astype(np.float64)
+        fwd, rest, base = model.device_terms(sums, count > 0, widths, host[hosts])
+        used = used.astype(np.int64)
+        return cls(devices.copy(), sums, count, widths, used, fwd, rest, base, host)
 
 
 def device_search(
@@ -184,11 +194,52 @@ def _score(state: _State, model: DeviceModel, rows: np.ndarray) -> np.ndarray:
     sums = np.concatenate([state.sums[from_a] - delta, state.sums[to_a] + delta])
     busy = np.concatenate([state.count[from_a] - count, state.count[to_a] + count]) > 0
     widths = np.concatenate([state.widths[from_a] - width, state.widths[to_a] + width])
-    fwd, rest = model.device_terms(sums, busy, widths)
     n = len(rows)
+    if model.hosts is None:
+        host = np.full(2 * n, state.host[0])
+    else:  # a move between hosts takes its width from one host to the other
+        hf, ht = model.hosts[from_a], model.hosts[to_a]
+        moved = np.where(hf == ht, 0.0, width)
+        host = np.concatenate([state.host[hf] - moved, state.host[ht] + moved])
+    fwd, rest, _ = model.device_terms(sums, busy, widths, host)
     forward = np.maximum(_max_without(state.fwd, from_a, to_a), np.maximum(fwd[:n], fwd[n:]))
-    backward = np.maximum(_max_without(state.rest, from_a, to_a), np.maximum(rest[:n], rest[n:]))
-    return forward + backward
+    changed = np.maximum(rest[:n], rest[n:])
+    if model.hosts is None:
+        return forward + np.maximum(_max_without(state.rest, from_a, to_a), changed)
+    return forward + np.maximum(
+        _hosts_rest(state, model, from_a, to_a, host[:n], host[n:]), changed
+    )
+
+
+def _hosts_rest(state: _State, model: DeviceModel, from_a, to_a, host_from, host_to) -> np.ndarray:
+    """[N] the max rest over every device but the two a neighbour changes, on a topology across
+    hosts: a move inside a host leaves the others alone; one between hosts re-rates the
+    exchange of the two hosts' other devices, and leaves the other hosts alone."""
+    hosts = model.hosts
+    hf, ht = hosts[from_a], hosts[to_a]
+    inside = _max_without(state.rest, from_a, to_a)
+    per_host = np.full(len(state.host), -np.inf)
+    np.maximum.at(per_host, hosts, state.rest)
+    elsewhere = _max_without(per_host, hf, ht)
+    members = _host_members(hosts)  # [H, L], padded with D
+    widths = np.append(state.widths, 0.0)
+    base = np.append(state.base, -np.inf)  # a padded slot is never the max
+    peers = []
+    for host, width, device in ((hf, host_from, from_a), (ht, host_to, to_a)):
+        slots = members[host]  # [N, L]
+        rest = base[slots] + 2 * model.transfer(widths[slots], width[:, None])
+        peers.append(np.where(slots == device[:, None], -np.inf, rest).max(axis=1))
+    between = np.maximum(elsewhere, np.maximum(*peers))
+    return np.where(hf == ht, inside, between)
+
+
+def _host_members(hosts: np.ndarray) -> np.ndarray:
+    """[H, L] the devices of each host (in order), a partial last host padded with D."""
+    d = len(hosts)
+    size = int(np.bincount(hosts).max())
+    members = np.full((int(hosts[-1]) + 1, size), d)
+    members[hosts, np.arange(d) - hosts * size] = np.arange(d)
+    return members
 
 
 def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray) -> None:
@@ -206,10 +257,19 @@ def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray
         state.used[source] -= sizes[table]
         state.used[target] += sizes[table]
         state.devices[table] = target
-    fwd, rest = model.device_terms(
-        state.sums[changed], state.count[changed] > 0, state.widths[changed]
+    hosts = model.hosts if model.hosts is not None else np.zeros(len(state.fwd), np.int64)
+    state.host = np.bincount(hosts, state.widths, len(state.host)).astype(np.float64)
+    fwd, rest, base = model.device_terms(
+        state.sums[changed],
+        state.count[changed] > 0,
+        state.widths[changed],
+        state.host[hosts[changed]],
     )
-    state.fwd[changed], state.rest[changed] = fwd, rest
+    state.fwd[changed], state.rest[changed], state.base[changed] = fwd, rest, base
+    if model.transfer is not None and model.hosts is not None:  # the two hosts' exchanges
+        peers = np.flatnonzero(np.isin(hosts, hosts[changed]))
+        exchange = model.transfer(state.widths[peers], state.host[hosts[peers]])
+        state.rest[peers] = state.base[peers] + 2 * exchange
 
 
 def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
@@ -228,7 +288,8 @@ def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
         scale, total, d = float(costnet.scale), dims.sum(), task.num_devices
         batch = table_batch_size(task.tables, costnet.comm["batch"])
         topology = get_topology(costnet.comm["topology"])
-        transfer = lambda w: device_transfer_ms(w, total, d, batch, topology) / scale  # noqa: E731
+        transfer = lambda w, h: device_transfer_ms(w, total, d, batch, topology, h) / scale  # noqa: E731
+        return DeviceModel(encoded.numpy(), terms, transfer, dims, _spread(topology, d))
     return DeviceModel(encoded.numpy(), terms, transfer, dims)
 
 
@@ -246,5 +307,10 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
     topology = get_topology(backend.topology)
     dims = np.array([t.dim for t in task.tables], dtype=np.float64)
     total, d = dims.sum(), task.num_devices
-    transfer = lambda w: device_transfer_ms(w, total, d, batch, topology)  # noqa: E731
-    return DeviceModel(vectors, terms, transfer, dims)
+    transfer = lambda w, h: device_transfer_ms(w, total, d, batch, topology, h)  # noqa: E731
+    return DeviceModel(vectors, terms, transfer, dims, _spread(topology, d))
+
+
+def _spread(topology: Topology, d: int) -> np.ndarray | None:
+    """Each of `d` devices' host when the topology spans hosts there, else None."""
+    return topology.hosts_of(d) if topology.host_size(d) < d else None
