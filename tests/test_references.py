@@ -115,10 +115,14 @@ def simulated_optimum(task, backend):
     task=small_tasks,
     product_weight=st.sampled_from([0.0, 1e-9]),
     batch=st.sampled_from([2048, 65536]),  # the larger: the exchange outweighs the kernels
+    topology=st.sampled_from(["cpu-gloo", "per-host=2,intra=0.7,inter=0.05,network-latency=0.5"]),
 )
-def test_the_simulated_milp_bounds_and_finds_the_simulated_optimum(task, product_weight, batch):
+def test_the_simulated_milp_bounds_and_finds_the_simulated_optimum(
+    task, product_weight, batch, topology
+):
     """Without the cache overflow and lookups x width its model is the backend's, so it finds
-    the brute-force optimum; with them its bound still holds under every legal placement."""
+    the brute-force optimum; with them its bound still holds under every legal placement. On
+    one host and across hosts of 2 (the exchange inside a host and across)."""
     default = SimulatedModel.load(DEFAULT_PATH)
     plain = SimulatedModel(default.fwd[:-2] + [0.0, 0.0], default.bwd[:-2] + [0.0, 0.0])
     full = SimulatedModel(
@@ -126,8 +130,8 @@ def test_the_simulated_milp_bounds_and_finds_the_simulated_optimum(task, product
         default.bwd[:-2] + [product_weight, default.bwd[-1]],
     )
     exact, backend = (
-        SimulatedBackend(plain, batch_size=batch),
-        SimulatedBackend(full, batch_size=batch),
+        SimulatedBackend(plain, batch_size=batch, topology=topology),
+        SimulatedBackend(full, batch_size=batch, topology=topology),
     )
     optimum = simulated_optimum(task, exact)
     result = solve_simulated_milp(task, exact, rel_gap=0.0)

@@ -7,7 +7,9 @@ non-negative weighings of its group features. All of them are sums over the devi
 except three: the per-call overhead (paid once by a device that holds any table), lookups x
 width (a product of two sums, at least the sum of the tables' own products) and the cache
 overflow (never negative). A device's transfer is the larger of what it sends (its own width)
-and what it receives (everyone else's), both linear in the placement.
+and what it receives (everyone else's), both linear in the placement. Across hosts it is the
+larger of four, each linear: sent and received inside its host, sent and received across hosts
+(what it receives from its host is its host's width less its own).
 
 The MILP keeps the sums, the per-call overhead and the transfer exactly, takes each table's own
 lookups x width product, and drops the cache overflow. Its proven bound is therefore a lower
@@ -24,7 +26,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from dreamshard.costs.comm import exchange_bytes, get_topology, ms_per_byte
+from dreamshard.costs.comm import POOLED_BYTES, get_topology, ms_per_byte
 from dreamshard.costs.simulated import SimulatedBackend, table_quantities
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.milp import STATUS, MilpResult
@@ -67,12 +69,16 @@ def solve_simulated_milp(
     call_fwd, call_bwd = backend.model.fwd[CALL], backend.model.bwd[CALL]
     dims = np.array([tab.dim for tab in task.tables], dtype=np.float64)
     topology = get_topology(backend.topology)
-    # ms each table adds to what its device sends, and to what the others receive
-    send = exchange_bytes(dims, 0.0, d, batch)[0] * ms_per_byte(topology)
-    recv = exchange_bytes(np.zeros(t), dims, d, batch)[1] * ms_per_byte(topology)
-    latency = topology.latency_ms * (d - 1)
+    size = topology.host_size(d)
+    hosts = topology.hosts_of(d)
+    per_row = batch / d * POOLED_BYTES  # bytes per unit of width to one peer
+    net_ms = 1000.0 / (topology.network_gbps * 1e9) if size < d else 0.0
+    # ms per unit of width: sent to each peer group, received from the host and from the rest
+    send_in, recv_in = per_row * (size - 1) * ms_per_byte(topology), per_row * ms_per_byte(topology)
+    send_out, recv_out = per_row * (d - size) * net_ms, per_row * net_ms
+    latency = topology.latency_ms * (size - 1) + topology.network_latency_ms * (d - size)
     if d == 1:  # no exchange
-        send, recv = np.zeros(t), np.zeros(t)
+        send_in = recv_in = 0.0
 
     # variables: x (table-major, T*D) | y (D: device holds a table) | F | B
     n = t * d + d + 2
@@ -96,6 +102,35 @@ def solve_simulated_milp(
         )
         return LinearConstraint(matrix, -np.inf, rhs)
 
+    def exchange(coefficient, own, host_share, rhs):
+        """Backward plus twice one part of the exchange <= B, one row per device d:
+        bwd_i x_id + call y_d + 2 `coefficient` (`own` x_id + `host_share` x_ie, e on d's
+        host) dim_i - B <= rhs."""
+        if host_share:  # every table on every device of d's host
+            row_ids, cols = np.nonzero(hosts[device_of][None, :] == hosts[:, None])
+        else:
+            row_ids, cols = device_of, x
+        mine = device_of[cols] == row_ids
+        values = 2 * coefficient * (host_share + own * mine) * dims[table_of[cols]]
+        values = values + mine * bwd[table_of[cols]]
+        matrix = rows(
+            np.r_[row_ids, dev, dev],
+            np.r_[cols, t * d + dev, np.full(d, b_col)],
+            np.r_[values, np.full(d, call_bwd), -np.ones(d)],
+            d,
+        )
+        return LinearConstraint(matrix, -np.inf, rhs)
+
+    total = dims.sum()
+    exchanges = [exchange(send_in, 1.0, 0.0, -2 * latency)]  # sent inside the host
+    if size >= d:  # received: everyone else's width
+        exchanges.append(exchange(recv_in, -1.0, 0.0, -2 * latency - 2 * recv_in * total))
+    else:  # received from the host (its width less own), sent and received across hosts
+        exchanges += [
+            exchange(recv_in, -1.0, 1.0, -2 * latency),
+            exchange(send_out, 1.0, 0.0, -2 * latency),
+            exchange(recv_out, 0.0, -1.0, -2 * latency - 2 * recv_out * total),
+        ]
     constraints = [
         LinearConstraint(rows(table_of, x, np.ones(t * d), t), 1, 1),  # one device each
         LinearConstraint(  # y_d is 1 where device d holds a table
@@ -104,9 +139,7 @@ def solve_simulated_milp(
             0,
         ),
         device_load(fwd, call_fwd, f_col, 0.0),  # forward <= F
-        device_load(bwd + 2 * send, call_bwd, b_col, -2 * latency),  # backward + send <= B
-        # backward + receiving everyone else's width <= B
-        device_load(bwd - 2 * recv, call_bwd, b_col, -2 * latency - 2 * recv.sum()),
+        *exchanges,  # backward + each part of the exchange <= B
         LinearConstraint(
             rows(device_of, x, (task.table_bytes() / task.memory_cap_bytes)[table_of], d),
             -np.inf,
@@ -115,8 +148,12 @@ def solve_simulated_milp(
     ]
     upper = np.ones(n)
     upper[[f_col, b_col]] = np.inf
-    for rank, table in enumerate(np.argsort(-(fwd + bwd), kind="stable")):
-        upper[table * d + rank + 1 : (table + 1) * d] = 0  # identical devices: 0..rank only
+    order = np.argsort(-(fwd + bwd), kind="stable")
+    if size >= d:
+        for rank, table in enumerate(order):
+            upper[table * d + rank + 1 : (table + 1) * d] = 0  # identical devices: 0..rank only
+    else:  # hosts alike, devices alike within a host: the first table on device 0
+        upper[order[0] * d + 1 : (order[0] + 1) * d] = 0
     objective = np.zeros(n)
     objective[[f_col, b_col]] = 1.0
     result = milp(
