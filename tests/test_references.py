@@ -115,14 +115,14 @@ def simulated_optimum(task, backend):
     task=small_tasks,
     product_weight=st.sampled_from([0.0, 1e-9]),
     batch=st.sampled_from([2048, 65536]),  # the larger: the exchange outweighs the kernels
-    topology=st.sampled_from(["cpu-gloo", "per-host=2,intra=0.7,inter=0.05,network-latency=0.5"]),
+    topology=st.sampled_from(["cpu-gloo", "per-host=1,intra=0.7,inter=0.05,network-latency=0.5"]),
 )
 def test_the_simulated_milp_bounds_and_finds_the_simulated_optimum(
     task, product_weight, batch, topology
 ):
     """Without the cache overflow and lookups x width its model is the backend's, so it finds
     the brute-force optimum; with them its bound still holds under every legal placement. On
-    one host and across hosts of 2 (the exchange inside a host and across)."""
+    one host and with each device a host of its own (every exchange across hosts)."""
     default = SimulatedModel.load(DEFAULT_PATH)
     plain = SimulatedModel(default.fwd[:-2] + [0.0, 0.0], default.bwd[:-2] + [0.0, 0.0])
     full = SimulatedModel(
@@ -159,3 +159,23 @@ def test_the_simulated_milp_charges_a_narrow_device_what_it_receives():
     assert result.objective == pytest.approx(optimum) and result.bound == pytest.approx(optimum)
     apart = backend.measure(task, Placement((0, 1, 1)))
     assert apart.overall > optimum * 1.1  # the narrow table alone is not the answer here
+
+
+@pytest.mark.parametrize(
+    "topology", ["per-host=2,intra=0.7,inter=0.05", "per-host=2,intra=0.05,inter=0.7"]
+)
+def test_the_simulated_milp_finds_the_optimum_across_hosts(topology):
+    """4 devices on 2 hosts of 2, the network the slower and then the host's links: sent and
+    received inside a host and across hosts, the MILP's optimum is the brute-force optimum over
+    all 4^6 placements."""
+    default = SimulatedModel.load(DEFAULT_PATH)
+    plain = SimulatedModel(default.fwd[:-2] + [0.0, 0.0], default.bwd[:-2] + [0.0, 0.0])
+    backend = SimulatedBackend(plain, batch_size=65536, topology=topology)
+    task = make_task(
+        [5, 9, 5, 7, 5, 3], 4, 20, dims=[4, 128, 64, 16, 128, 8], pooling=[30.0, 1, 2, 8, 1, 50]
+    )
+    result = solve_simulated_milp(task, backend, rel_gap=0.0)
+    optimum = simulated_optimum(task, backend)
+    assert result.objective == pytest.approx(optimum) and result.bound == pytest.approx(optimum)
+    flat = SimulatedBackend(plain, batch_size=65536, topology="cpu-gloo")
+    assert simulated_optimum(task, flat) != pytest.approx(optimum)  # the hosts matter here

@@ -72,8 +72,17 @@ class Topology:
     network_latency_ms: float = 0.0  # per message to a peer on another host
 
     def host_size(self, d: int) -> int:
-        """Devices per host among `d` devices (`d` when one host holds them all)."""
-        return d if self.devices_per_host <= 0 else min(self.devices_per_host, d)
+        """Devices per host among `d` devices (`d` when one host holds them all); `d` must
+        fill whole hosts."""
+        size = self.devices_per_host
+        if size <= 0 or size >= d:
+            return d
+        if d % size:
+            raise DreamshardError(
+                f"{d} devices do not fill hosts of {size} (topology {self.name}); choose a "
+                f"device count that is a multiple of {size}, or hosts that divide {d}"
+            )
+        return size
 
     def hosts_of(self, d: int) -> np.ndarray:
         """[d] the host of each device: device i sits on host i // L, as TorchRec numbers ranks."""

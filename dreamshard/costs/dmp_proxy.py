@@ -24,8 +24,9 @@ its own input distribution, lookup and output distribution):
   steps of calibration plans (`benchmarks/torchrec_e2e.py` measures them on training tasks).
 
 The other collectives use the topology's bandwidth inside a host: the DMP steps this models run
-on one host (gloo on this CPU). A rank's step is its scaled kernels plus its modeled communication; the estimate is the slowest
-rank's plus the fitted work. Everything here is modeled or fitted, never timed; reports label it.
+on one host (gloo on this CPU). A rank's step is its scaled kernels plus its modeled
+communication; the estimate is the slowest rank's plus the fitted work. Everything here is
+modeled or fitted, never timed; reports label it.
 """
 
 from __future__ import annotations

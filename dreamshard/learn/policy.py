@@ -213,21 +213,15 @@ def others_max(values: np.ndarray) -> np.ndarray:
 
 
 def _by_host(values: np.ndarray, topology: Topology) -> np.ndarray:
-    """[E, H, L] of device values [E, D], a partial last host padded with -inf."""
+    """[E, H, L] of device values [E, D] (device i on host i // L)."""
     e, d = values.shape
-    size = topology.host_size(d)
-    hosts = -(-d // size)
-    padded = np.full((e, hosts * size), -np.inf)
-    padded[:, :d] = values
-    return padded.reshape(e, hosts, size)
+    return values.reshape(e, -1, topology.host_size(d))
 
 
 def host_peers_max(values: np.ndarray, topology: Topology) -> np.ndarray:
     """[E, D]: for each device, the max of `values` [E, D] over the other devices of its host."""
-    e, d = values.shape
     hosts = _by_host(values, topology)
-    flat = others_max(hosts.reshape(-1, hosts.shape[-1]))
-    return flat.reshape(e, -1)[:, :d]
+    return others_max(hosts.reshape(-1, hosts.shape[-1])).reshape(values.shape)
 
 
 def other_hosts_max(values: np.ndarray, topology: Topology) -> np.ndarray:

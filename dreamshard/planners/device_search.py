@@ -221,9 +221,7 @@ def _hosts_rest(state: _State, model: DeviceModel, from_a, to_a, host_from, host
     per_host = np.full(len(state.host), -np.inf)
     np.maximum.at(per_host, hosts, state.rest)
     elsewhere = _max_without(per_host, hf, ht)
-    members = _host_members(hosts)  # [H, L], padded with D
-    widths = np.append(state.widths, 0.0)
-    base = np.append(state.base, -np.inf)  # a padded slot is never the max
+    members, widths, base = _host_members(hosts), state.widths, state.base
     peers = []
     for host, width, device in ((hf, host_from, from_a), (ht, host_to, to_a)):
         slots = members[host]  # [N, L]
@@ -234,12 +232,8 @@ def _hosts_rest(state: _State, model: DeviceModel, from_a, to_a, host_from, host
 
 
 def _host_members(hosts: np.ndarray) -> np.ndarray:
-    """[H, L] the devices of each host (in order), a partial last host padded with D."""
-    d = len(hosts)
-    size = int(np.bincount(hosts).max())
-    members = np.full((int(hosts[-1]) + 1, size), d)
-    members[hosts, np.arange(d) - hosts * size] = np.arange(d)
-    return members
+    """[H, L] the devices of each host, in order (device i on host i // L)."""
+    return np.arange(len(hosts)).reshape(int(hosts[-1]) + 1, -1)
 
 
 def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray) -> None:
