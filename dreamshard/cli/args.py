@@ -23,6 +23,20 @@ def positive(kind):
     return parse
 
 
+def topology_name(text: str) -> str:
+    """An argparse type: a topology (`costs.comm`: a preset, `preset:L`, or custom hosts);
+    "auto" passes through for the commands that pick one by device."""
+    if text == "auto":
+        return text
+    from dreamshard.costs.comm import get_topology
+
+    try:
+        get_topology(text)
+    except DreamshardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def share(text: str) -> float:
     """An argparse type: a fraction strictly between 0 and 1."""
     try:

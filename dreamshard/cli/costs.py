@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.cli.args import load_table_source, positive, table_source_options, topology_name
 from dreamshard.costs.backends import BACKENDS, make_backend
-from dreamshard.costs.comm import TOPOLOGIES
+from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.costs.types import COST_TERMS, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
@@ -136,10 +136,11 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--topology",
-        choices=["auto", *TOPOLOGIES],
+        type=topology_name,
         default="auto",
-        help="communication model when it is not measured (default auto: "
-        "cpu-gloo on the CPU, nvlink on GPUs)",
+        metavar="TOPOLOGY",
+        help="communication model when it is not measured (default auto: cpu-gloo on the CPU, "
+        f"nvlink on GPUs); {TOPOLOGY_HELP}",
     )
 
 

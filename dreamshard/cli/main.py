@@ -7,14 +7,16 @@ Each command imports what only it needs inside its function, so `dreamshard --he
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.cli.args import load_table_source, positive, table_source_options, topology_name
 from dreamshard.costs.backends import BACKENDS
+from dreamshard.costs.comm import TOPOLOGY_HELP, get_topology, hosts_topology
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
 from dreamshard.placement.registry import (
@@ -94,6 +96,16 @@ def cmd_place(args: argparse.Namespace) -> None:
     task = PlacementTask(
         tuple(tables), args.devices, cap, args.precision, str(args.tables), args.optimizer
     )
+    topology = args.topology
+    if args.hosts is not None:
+        if topology is None:
+            raise DreamshardError(
+                "--hosts needs --topology: a multi-host one (nvlink-rdma, pcie-ethernet, "
+                "torchrec) or your own (per-host=L,intra=GBPS,inter=GBPS)"
+            )
+        topology = hosts_topology(topology, args.hosts, args.devices)
+    if topology is not None:
+        get_topology(topology).host_size(args.devices)  # devices that do not fill its hosts
     model, note = args.model, None
     entry = registration(args.method)
     if entry.needs_model:  # loaded once, here, to say whether the task is one it was trained for
@@ -106,7 +118,7 @@ def cmd_place(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     refinement = None
     if args.refine:
-        refinement = refine_placement(task, args, model)
+        refinement = refine_placement(task, args, model, topology)
         placement = refinement.placement
     else:
         placement = place(
@@ -117,6 +129,7 @@ def cmd_place(args: argparse.Namespace) -> None:
             samples=args.samples,
             split=args.split,
             time_budget=args.time_budget,
+            topology=topology,
         )
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
@@ -127,7 +140,8 @@ def cmd_place(args: argparse.Namespace) -> None:
         took = f"planned and measured in {elapsed:.1f} s"
     print(
         f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
-        f"({args.precision}{'' if args.optimizer == 'sgd' else ', ' + args.optimizer}), {took}"
+        f"({args.precision}{'' if args.optimizer == 'sgd' else ', ' + args.optimizer}"
+        f"{'' if topology is None else ', topology ' + topology}), {took}"
     )
     if refinement is not None:
         print(refinement.summary())
@@ -185,15 +199,24 @@ def method_help() -> str:
     return f"planner (default size_lookup; `dreamshard methods` lists them); {'; '.join(parts)}"
 
 
-def refine_placement(task: PlacementTask, args: argparse.Namespace, model):
-    """The method's placement refined by measurement on `--refine` (evaluation.refine)."""
+def refine_placement(task: PlacementTask, args: argparse.Namespace, model, topology):
+    """The method's placement refined by measurement on `--refine` (evaluation.refine), its
+    all-to-all modeled on `topology` (None: the backend's own)."""
     from dreamshard.costs.backends import make_backend
     from dreamshard.evaluation.refine import REFINE_SECONDS, refine
 
     seconds = args.refine_seconds or REFINE_SECONDS
-    backend = make_backend(args.refine)
+    backend = make_backend(args.refine, topology=topology or "auto")
     return refine(
-        task, args.method, backend, seconds, model, args.samples, args.seed, split=args.split
+        task,
+        args.method,
+        backend,
+        seconds,
+        model,
+        args.samples,
+        args.seed,
+        split=args.split,
+        topology=topology,
     )
 
 
@@ -320,6 +343,21 @@ def build_parser() -> argparse.ArgumentParser:
         "there with the best legal plan found so far (default: half a second per thousand "
         "tables, at least half a second; search_analytic and dreamshard_search at least 5)",
     )
+    pl.add_argument(
+        "--topology",
+        type=topology_name,
+        metavar="TOPOLOGY",
+        help="the hosts and links the devices sit on, which every planner that models the "
+        "all-to-all plans for (default: the model's own, cpu-gloo for the analytic planners); "
+        f"{TOPOLOGY_HELP}",
+    )
+    pl.add_argument(
+        "--hosts",
+        type=positive(int),
+        metavar="H",
+        help="spread the devices evenly over H hosts of the --topology (it must divide "
+        "--devices); default: the topology's own devices per host",
+    )
     pl.add_argument("--seed", type=int, default=0, help="seed for random planners (default 0)")
     pl.add_argument(
         "--refine",
@@ -399,6 +437,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dreamshard: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: what it took was enough
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing more reaches the closed pipe)
+        return 0
     return 0
 
 

@@ -6,8 +6,8 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from dreamshard.cli.args import positive, share
-from dreamshard.costs.comm import TOPOLOGIES
+from dreamshard.cli.args import positive, share, topology_name
+from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, LABELS, TrainConfig
@@ -124,9 +124,10 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "device than on the best one)",
     },
     "topology": {
-        "choices": ["auto", *TOPOLOGIES],
+        "type": topology_name,
+        "metavar": "TOPOLOGY",
         "help": "all-to-all model where it is not measured (auto: cpu-gloo on the simulated "
-        "backend, the device's own on fbgemm)",
+        f"backend, the device's own on fbgemm); {TOPOLOGY_HELP}",
     },
     "measure_iterations": {"type": positive(int), "help": "fbgemm timed iterations per device"},
 }

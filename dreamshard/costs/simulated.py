@@ -155,12 +155,13 @@ def fit_model(features: np.ndarray, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> S
 @dataclass
 class SimulatedBackend:
     model: SimulatedModel | None = None
-    topology: str = "cpu-gloo"
+    topology: str | None = "cpu-gloo"  # None: cpu-gloo
     batch_size: int = DEFAULT_BATCH
     name: str = field(default="simulated", init=False)
 
     def __post_init__(self):
         self.model = self.model or SimulatedModel.load()
+        self.topology = self.topology or "cpu-gloo"
         get_topology(self.topology)
 
     def config(self) -> dict:

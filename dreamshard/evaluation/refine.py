@@ -135,13 +135,15 @@ def candidates_to_measure(
     seed: int = 0,
     top: int = TOP,
     split: str = "auto",
+    topology: str | None = None,
 ) -> list[tuple[str, Placement, float | None]]:
     """(name, placement, predicted ms): the planner's pick first, then its next `top - 1`
     candidates where it has more (`dreamshard`: by the cost network, on the shards it splits
     the task into under `split="auto"`), then each heuristic's whole-table placement; distinct
-    only. Predicted by the planner's own cost model, where it has one."""
+    only. Predicted by the planner's own cost model, where it has one, on `topology` (None:
+    the planner's own)."""
     planner = registration(method).load()
-    options = PlanOptions(seed, planner.load_model(model), samples, split)
+    options = PlanOptions(seed, planner.load_model(model), samples, split, topology=topology)
     ranked = planner.candidates(task, options, top)
     heuristics = []
     for key in HEURISTIC_KEYS:
@@ -239,6 +241,7 @@ def refine(
     min_rounds: int = MIN_ROUNDS,
     max_rounds: int = MAX_ROUNDS,
     split: str = "auto",
+    topology: str | None = None,
 ) -> Refinement:
     """`method`'s placement of `task` refined by measurement on `backend` for about `seconds`.
 
@@ -249,7 +252,7 @@ def refine(
     if min_rounds < 2 or max_rounds < min_rounds:
         raise DreamshardError(f"refinement needs 2 <= min_rounds <= max_rounds, not {min_rounds}")
     began = time.monotonic()
-    found = candidates_to_measure(task, method, model, samples, seed, top, split)
+    found = candidates_to_measure(task, method, model, samples, seed, top, split, topology)
     names = [name for name, _, _ in found]
     costs = measure_rounds(
         backend, task, [p for _, p, _ in found], seconds, seed, min_rounds, max_rounds

@@ -72,6 +72,9 @@ class DreamShardPlanner(ShardingPlanner):
     `adam`); default: the sharders' fused optimizer (`fused_params["optimizer"]`), else none.
     `split`: "auto" lets the method split tables column-wise (row-wise for a table no device
     holds; TorchRec shards rows on GPUs only), "none" keeps them whole (`docs/splitting.md`).
+    Across hosts (world size above the topology's local world size) the method plans for the
+    topology's hosts and its intra- and inter-host bandwidths (`links_of`); on one host it keeps
+    its own exchange model (a model's: the one it was trained on).
     """
 
     def __init__(
@@ -139,7 +142,9 @@ class DreamShardPlanner(ShardingPlanner):
             )
         if self._options is None:  # once: a registered model loads in seconds
             model = self._planner.load_model(self.model)
-            self._options = PlanOptions(self.seed, model, self.samples, self.split)
+            self._options = PlanOptions(
+                self.seed, model, self.samples, self.split, topology=links_of(self.topology)
+            )
         try:
             placement = self._planner.place(task, self._options)
         except DreamshardError as exc:
@@ -238,6 +243,17 @@ def fused_optimizer(module, sharders: list) -> str:
     states = {FUSED_OPTIMIZERS[k] for k in kinds} or {"sgd"}
     order = ["sgd", "rowwise_adagrad", "adagrad", "adam"]  # the most state wins
     return max(states, key=order.index)
+
+
+def links_of(topology) -> str | None:
+    """Our topology (a `costs.comm` name) for TorchRec's `Topology` when it spans hosts: its
+    local world size and its intra- and inter-host bandwidths (bytes/ms in TorchRec), no
+    latency (TorchRec models none). None on one host."""
+    if topology.world_size <= topology.local_world_size:
+        return None
+    bandwidths = topology.comms_bandwidths
+    gbps = [bw * 1000 / 1e9 for bw in (bandwidths.intra_host_bw, bandwidths.inter_host_bw)]
+    return f"per-host={topology.local_world_size},intra={gbps[0]:.6g},inter={gbps[1]:.6g}"
 
 
 def default_topology():

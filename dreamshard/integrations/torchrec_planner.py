@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dreamshard.costs.comm import get_topology
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import SPLIT_MODES
@@ -102,11 +103,12 @@ def bag_configs(tables, precision: str) -> list:
 
 
 def torchrec_request(
-    task: PlacementTask, reserve: bool = True, split: str = "none"
+    task: PlacementTask, reserve: bool = True, split: str = "none", topology: str | None = None
 ) -> TorchRecRequest:
     """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, the fused kernel;
     table-wise only, or with `split="auto"` also the column-/row-wise sharding that maps to
-    our shards, `sharding_options`)."""
+    our shards, `sharding_options`). `topology` (a `costs.comm` name) gives TorchRec's
+    `Topology` its hosts and bandwidths; None keeps TorchRec's defaults."""
     import torch
     from torchrec import EmbeddingBagCollection
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
@@ -126,12 +128,30 @@ def torchrec_request(
         module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
         # "cuda" makes TorchRec plan HBM per device; planning itself runs fine on a CPU.
         topology = Topology(
-            world_size=task.num_devices, compute_device="cuda", hbm_cap=task.memory_cap_bytes
+            world_size=task.num_devices,
+            compute_device="cuda",
+            hbm_cap=task.memory_cap_bytes,
+            **torchrec_links(topology, task.num_devices),
         )
     # Each device's fused kernel here sees the whole batch for its tables; in TorchRec that batch
     # is the global one, world size x the per-rank batch the planner takes.
     batch_size = max(1, -(-table_batch_size(task.tables, DEFAULT_BATCH) // task.num_devices))
     return TorchRecRequest(module, topology, constraints, batch_size, reserve)
+
+
+def torchrec_links(topology: str | None, d: int) -> dict:
+    """TorchRec `Topology` arguments for our topology `topology` on `d` devices: its devices per
+    host and its bandwidths in bytes/ms (TorchRec models no latency). {} for None."""
+    if topology is None:
+        return {}
+    links = get_topology(topology)
+    size = links.host_size(d)
+    network = links.network_gbps if size < d else links.bandwidth_gbps
+    return {
+        "local_world_size": size,
+        "intra_host_bw": links.bandwidth_gbps * 1e9 / 1000,
+        "inter_host_bw": network * 1e9 / 1000,
+    }
 
 
 def sharding_options(table: Table, num_devices: int, split: str) -> tuple[list[str], int | None]:
@@ -301,14 +321,19 @@ def our_ranges(table: Table, cut: str, parts: int) -> list[tuple[int, int]]:
 
 
 def torchrec_place(
-    task: PlacementTask, seed: int = 0, reserve: bool = True, split: str = "none"
+    task: PlacementTask,
+    seed: int = 0,
+    reserve: bool = True,
+    split: str = "none",
+    topology: str | None = None,
 ) -> Placement:
     """TorchRec's plan for the task, checked legal under our caps.
 
     `split="none"`: table-wise only. `split="auto"`: TorchRec may also shard tables column-wise
     and row-wise (`sharding_options`), and its plan comes back with our splits.
     `reserve=False` plans on the full cap (no HBM share, no KJT room kept back), the same memory
-    our planners get. `seed` is unused: TorchRec's planner is deterministic.
+    our planners get. `topology`: the hosts and links TorchRec's `Topology` gets (None: its
+    defaults). `seed` is unused: TorchRec's planner is deterministic.
     """
     if split not in SPLIT_MODES:
         raise DreamshardError(
@@ -316,7 +341,7 @@ def torchrec_place(
         )
     require_torchrec()
     task.validate()
-    plan = plan_with_torchrec(torchrec_request(task, reserve, split))
+    plan = plan_with_torchrec(torchrec_request(task, reserve, split, topology))
     placement = placement_from_sharding(task, plan.plan[""])
     check_legal(task, placement)
     return placement
@@ -342,10 +367,10 @@ class TorchRecMethod(BasePlanner):
     name = "torchrec"
 
     def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return torchrec_place(task, options.seed, options.reserve, options.split)
+        return torchrec_place(task, options.seed, options.reserve, options.split, options.topology)
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return torchrec_place(task, options.seed, options.reserve, split="none")
+        return torchrec_place(task, options.seed, options.reserve, "none", options.topology)
 
 
 TORCHREC = TorchRecMethod()

@@ -39,6 +39,9 @@ class PlanOptions:
     planner that searches may spend (None: its own default). `constraints`: what the user
     requires of the placement (None: nothing). `reserve`: False lets a planner that keeps
     memory back of its own (TorchRec's storage reservation) plan on the whole cap, as ours do.
+    `topology`: the hosts and links the task's devices sit on, a `costs.comm` topology name (as
+    nvlink-rdma:8); None: the planner's own (a model's: the one it was trained on; the
+    analytic model's: cpu-gloo). Planners that model the all-to-all plan for it.
     """
 
     seed: int = 0
@@ -49,6 +52,7 @@ class PlanOptions:
     constraints: object = None
     reserve: bool = True
     deadline: Deadline | None = None
+    topology: str | None = None
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT_MODES:

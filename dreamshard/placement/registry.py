@@ -109,6 +109,7 @@ def place(
     split: str = "auto",
     options: PlanOptions | None = None,
     time_budget: float | None = None,
+    topology: str | None = None,
 ) -> Placement:
     """Place a task's tables with a named planner; always legal, else InfeasibleError.
 
@@ -118,10 +119,11 @@ def place(
     only). `split="auto"` lets the planner split tables (its split choice, `BasePlanner.splits`;
     `placement.splitting`), `split="none"` places whole tables, as the paper does.
     `time_budget`: seconds the plan may take (None: the planner's default, `placement.budget`).
-    `options`, when given, replaces seed, model, samples, split and the budget.
+    `topology`: the devices' hosts and links (a `costs.comm` name; None: the planner's own).
+    `options`, when given, replaces seed, model, samples, split, the budget and the topology.
     """
     planner = registration(method).load()
-    options = options or PlanOptions(seed, model, samples, split, time_budget)
+    options = options or PlanOptions(seed, model, samples, split, time_budget, topology=topology)
     options = replace(options, model=planner.load_model(options.model))
     return planner.place(task, options)
 

@@ -34,7 +34,7 @@ class HeuristicPlanner(BasePlanner):
         return greedy_place(task, self.name)
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        rating = SimulatedBackend().cheapest
+        rating = SimulatedBackend(topology=options.topology).cheapest
         return checked_balance_splits(task, self.name, rating, options.until())
 
 

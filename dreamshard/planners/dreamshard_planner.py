@@ -10,6 +10,7 @@ whenever the task is feasible, and the search keeps every device within its memo
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,8 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from dreamshard.errors import InfeasibleError
+from dreamshard.costs.comm import get_topology
+from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import CostNet, compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.policy import (
@@ -289,6 +291,10 @@ class DreamShardMethod(BasePlanner):
     def load_model(self, model: object) -> DreamShardModel:
         return resolve_model(model)
 
+    def started(self, task: PlacementTask, options: PlanOptions) -> PlanOptions:
+        options = super().started(task, options)
+        return replace(options, model=on_topology(options.model, options.topology))
+
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
         return dreamshard_splits(task, options.model, options.until().share(SPLIT_SHARE))
 
@@ -311,7 +317,27 @@ class DreamShardMethod(BasePlanner):
         ]
 
     def predict(self, task: PlacementTask, placement: Placement, options: PlanOptions) -> float:
-        return predicted_overall(options.model, task, [placement])[0]
+        model = on_topology(options.model, options.topology)
+        return predicted_overall(model, task, [placement])[0]
+
+
+def on_topology(model: DreamShardModel, topology: str | None) -> DreamShardModel:
+    """`model` predicting the all-to-all on `topology` (a `costs.comm` name; None: its own).
+    The network's compute heads are kept; only the modeled exchange changes, so a model
+    trained on one host plans for many. A network that learned its communication (trained on
+    measured all-to-alls) has no topology to change: DreamshardError."""
+    comm = model.costnet.comm
+    if topology is None or (comm is not None and comm["topology"] == topology):
+        return model
+    get_topology(topology)  # a bad name: one line
+    if comm is None:
+        raise DreamshardError(
+            "this model learned its communication from measured all-to-alls, so it cannot plan "
+            f"for topology {topology!r}; use a model trained on a modeled all-to-all"
+        )
+    costnet = copy.copy(model.costnet)  # the same parameters, another exchange model
+    costnet.comm = {**comm, "topology": topology}
+    return replace(model, costnet=costnet)
 
 
 DREAMSHARD = DreamShardMethod()

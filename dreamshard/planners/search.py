@@ -225,10 +225,12 @@ class AnalyticSearch(BasePlanner):
         return max(SEARCH_SECONDS, super().default_budget(task))
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        return analytic_splits(task, deadline=options.until().share(SPLIT_SHARE))
+        backend = SimulatedBackend(topology=options.topology)
+        return analytic_splits(task, backend, options.until().share(SPLIT_SHARE))
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        return search_analytic_place(task, options.seed, options.until().left())
+        backend = SimulatedBackend(topology=options.topology)
+        return search_analytic_place(task, options.seed, options.until().left(), backend=backend)
 
 
 DREAMSHARD_SEARCH = DreamShardSearch()
