@@ -1,8 +1,9 @@
 """Stage 8, integrations: every piece of TorchRec code. `torchrec_planner`: TorchRec's planner
 as the registered method `torchrec`; `torchrec_export`: any plan as a TorchRec ShardingPlan and
-its JSON; `torchrec_tables`: a TorchRec model's tables and their statistics; `dmp_planner`:
-`DreamShardPlanner`, TorchRec's planner interface for DistributedModelParallel (importing it
-imports TorchRec); `dmp_backend`: the `dmp` cost backend, real TorchRec training steps under
-torchrun (the program is `gpu_tasks/dmp_step.py`); `dmp_calibration`: the DMP step model's
-constants fitted on designed plans measured both ways. May import: every stage below (TorchRec
-only when called, or in `dmp_planner`)."""
+its JSON; `torchrec_judge`: any plan rated by TorchRec's EmbeddingPerfEstimator, as its
+planner's stats table reports it; `torchrec_tables`: a TorchRec model's tables and their
+statistics; `dmp_planner`: `DreamShardPlanner`, TorchRec's planner interface for
+DistributedModelParallel (importing it imports TorchRec); `dmp_backend`: the `dmp` cost
+backend, real TorchRec training steps under torchrun (the program is `gpu_tasks/dmp_step.py`);
+`dmp_calibration`: the DMP step model's constants fitted on designed plans measured both ways.
+May import: every stage below (TorchRec only when called, or in `dmp_planner`)."""

@@ -1,0 +1,163 @@
+"""TorchRec's own judge of a plan: any placement of ours rated by TorchRec's perf model.
+
+Each shard of our plan becomes the `ShardingOption` shard TorchRec's `EmbeddingEnumerator` makes
+for it (table-wise for a whole table, column-wise for our column shards, row-wise for a row split
+over all ranks), rated by `EmbeddingPerfEstimator`, the estimator `EmbeddingShardingPlanner` uses
+by default, on the GPU topology `torchrec_request` builds (`compute_device="cuda"`, so its GPU
+model applies; it runs on a CPU). A shard's `Perf.total` is TorchRec's forward and backward
+compute (bytes its TBE model reads and writes over HBM bandwidth, with its kernel factors and
+narrow-dim penalties), forward and backward comms (the pooled outputs' all-to-all, or a row-wise
+table's reduce-scatter, over the topology's bandwidths) and prefetch compute (nil for the fused
+HBM kernel); the input all-to-all it estimates is not in the total. A rank's perf is the sum over
+its shards, and a plan's cost the largest, in ms: what the "Perf" column of TorchRec's planner
+stats table and its `NoopPerfModel` report. It is TorchRec's model with its default hardware
+constants, not a measurement.
+
+TorchRec cuts a row-wise table into one block of ceil(rows / D) rows per rank, block r on rank r,
+so only a row split over all D devices in that order can be rated; another layout raises
+DreamshardError naming the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dreamshard.errors import DreamshardError
+from dreamshard.integrations.torchrec_export import SHARDING_TYPES, torchrec_plan_dict
+from dreamshard.integrations.torchrec_planner import (
+    quiet_torchrec,
+    require_torchrec,
+    torchrec_request,
+)
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
+from dreamshard.tables.shards import Split
+
+
+def torchrec_judge(
+    task: PlacementTask,
+    placement: Placement,
+    topology: str | None = None,
+    batch_size: int | None = None,
+) -> float:
+    """The plan's cost under TorchRec's estimator: its slowest rank's total perf (ms)."""
+    return max(torchrec_rank_perfs(task, placement, topology, batch_size))
+
+
+def torchrec_rank_perfs(
+    task: PlacementTask,
+    placement: Placement,
+    topology: str | None = None,
+    batch_size: int | None = None,
+) -> list[float]:
+    """Each rank's total perf (ms) under TorchRec's estimator: the sum of `Perf.total` over the
+    shards our placement puts on it (0 on a rank with none).
+
+    `topology`: a `costs.comm` name giving TorchRec's `Topology` its hosts and bandwidths (None:
+    TorchRec's defaults); `batch_size`: the per-rank batch TorchRec's planner takes (None: the
+    one `torchrec_request` derives from the tables).
+    """
+    perfs = [0.0] * task.num_devices
+    for option in torchrec_sharding_options(task, placement, topology, batch_size):
+        for shard in option.shards:
+            perfs[shard.rank] += shard.perf.total
+    return perfs
+
+
+def torchrec_sharding_options(
+    task: PlacementTask,
+    placement: Placement,
+    topology: str | None = None,
+    batch_size: int | None = None,
+) -> list:
+    """Our plan in the form TorchRec's planner holds its best plan: one `ShardingOption` per
+    table, its shards' perf estimated and their ranks set to our devices."""
+    require_torchrec()
+    task.validate()
+    check_legal(task, placement)
+    check_row_layouts(task, placement)
+    tables = torchrec_plan_dict(task, placement, module_path="")["plan"][""]
+    enumerated = enumerated_options(task, placement.splits, topology, batch_size)
+    plan = []
+    for name, entry in tables.items():
+        option = matching_option(name, entry, enumerated.get(name, []))
+        for shard, rank in zip(option.shards, entry["ranks"]):
+            shard.rank = rank
+        plan.append(option)
+    return plan
+
+
+def check_row_layouts(task: PlacementTask, placement: Placement) -> None:
+    """DreamshardError unless each row split is TorchRec's row-wise layout: one shard per rank,
+    shard r on rank r (our row ranges are then its blocks)."""
+    shards = zip(placement_task(task, placement).tables, placement.devices)
+    devices: dict[str, list[int]] = {}
+    for shard, d in shards:
+        if shard.shard is not None and shard.shard.kind == "row":
+            devices.setdefault(shard.shard.of, []).append(int(d))
+    for name, on in devices.items():
+        if on != list(range(task.num_devices)):
+            raise DreamshardError(
+                f"table {name}: its {len(on)} row shards on devices {on} are not a layout "
+                f"TorchRec's row-wise sharding has (one shard on each of the {task.num_devices} "
+                "ranks, shard r on rank r), so TorchRec's estimator cannot rate this plan; split "
+                "the table over every device in order, column-wise, or not at all"
+            )
+
+
+def enumerated_options(
+    task: PlacementTask,
+    splits: tuple[Split, ...],
+    topology: str | None,
+    batch_size: int | None,
+) -> dict[str, list]:
+    """TorchRec's enumerated sharding options of each table, their perf estimated, each table
+    constrained to the sharding type of our plan (and a column split's width)."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+
+    request = torchrec_request(task, reserve=False, topology=topology)
+    by_table = {s.table: s for s in splits}
+    constraints = {}
+    for table in task.tables:
+        split = by_table.get(table.name)
+        kind = split.kind if split else None
+        constraints[table.name] = replace(
+            request.constraints[table.name],
+            sharding_types=[SHARDING_TYPES[kind]],
+            # TorchRec's column blocks: the smallest multiple-of-4 divisor of dim >= this width
+            min_partition=table.dim // split.parts if kind == "column" else None,
+        )
+    with quiet_torchrec():
+        estimator = EmbeddingPerfEstimator(topology=request.topology, constraints=constraints)
+        enumerator = EmbeddingEnumerator(
+            request.topology, batch_size or request.batch_size, constraints, estimator=estimator
+        )
+        options = enumerator.enumerate(request.module, [EmbeddingBagCollectionSharder()])
+    grouped: dict[str, list] = {}
+    for option in options:
+        grouped.setdefault(option.name, []).append(option)
+    return grouped
+
+
+def matching_option(name: str, entry: dict, options: list):
+    """The sharding option whose type, kernel and shards (offsets, sizes in order) are those of
+    our plan's entry for table `name` (`torchrec_plan_dict`'s form); DreamshardError if none."""
+    ours = [(list(s["offsets"]), list(s["sizes"])) for s in entry["shards"]]
+    for option in options:
+        theirs = [(list(s.offset), list(s.size)) for s in option.shards]
+        if (option.sharding_type, option.compute_kernel, theirs) == (
+            entry["sharding_type"],
+            entry["compute_kernel"],
+            ours,
+        ):
+            return option
+    offered = "; ".join(
+        f"{o.sharding_type} {o.compute_kernel} sizes {[list(s.size) for s in o.shards]}"
+        for o in options
+    )
+    raise DreamshardError(
+        f"table {name}: TorchRec's enumerator offers no {entry['sharding_type']} sharding with "
+        f"our shard sizes {[size for _, size in ours]} (it offers {offered or 'nothing'}), so "
+        "TorchRec's estimator cannot rate this plan"
+    )
