@@ -9,6 +9,7 @@ from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.errors import DreamshardError
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig, host_cores
 from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.shards import Split
 from dreamshard.tables.table import Table
 
 pytest.importorskip("torchrec")
@@ -26,15 +27,18 @@ def tiny_task(devices=2, cap=GIB):
 
 
 def test_plans_train_under_dmp_in_interleaved_rounds():
+    """Two plans, the second with t0 data-parallel (a replica on each rank, its gradients
+    all-reduced by DMP): both train, in one launch."""
     task = tiny_task()
-    plans = [Placement((0, 0, 1, 1), method="a"), Placement((0, 1, 1, 0), method="b")]
+    replica = (Split("t0", "replica", 2),)  # shards t0[dp0], t0[dp1], t1, t2, t3
+    plans = [Placement((0, 0, 1, 1), method="a"), Placement((0, 1, 1, 1, 0), "b", splits=replica)]
     run = DmpBackend(FAST).measure_plans(task, plans, rounds=2)
     assert run.process_group == "gloo"
     assert run.step_ms.shape == (2, 2, 2)  # ranks, rounds, plans
     assert np.all(run.step_ms > 0) and np.all(np.isfinite(run.step_ms))
     assert np.array_equal(run.overall(), run.step_ms.max(axis=0))
     assert np.all(run.cpu_ms > 0) and np.all(np.isfinite(run.cpu_ms))
-    assert run.sharding_types == [["table_wise"], ["table_wise"]]
+    assert run.sharding_types == [["table_wise"], ["data_parallel", "table_wise"]]
     for per_rank in run.losses:  # the same batch every step: training lowers its loss
         for first, last in per_rank:
             assert last < first

@@ -31,6 +31,7 @@ from dreamshard.placement.registry import (
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory, shard_view
 from dreamshard.report import format_table
+from dreamshard.tables.shards import describe_split
 from dreamshard.tables.table import BYTES_PER_WEIGHT, OPTIMIZER_STATE_WORDS
 
 
@@ -149,7 +150,7 @@ def cmd_place(args: argparse.Namespace) -> None:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         print(f"chosen by the cost network: {placement.candidate}{named}")
     for split in placement.splits:
-        print(f"split: {split.table} {split.kind}-wise into {split.parts} shards")
+        print(f"split: {describe_split(split)}")
     if note:
         print(f"note: {note}; the heuristics are among the candidates", file=sys.stderr)
     print(format_table(headers, device_rows(task, placement)))

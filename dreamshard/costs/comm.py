@@ -293,14 +293,39 @@ def ms_per_byte(topology: Topology) -> float:
 
 
 def modeled_comm(
-    widths: np.ndarray, fwd_comp_ms: np.ndarray, batch_size: int, topology: Topology
+    widths: np.ndarray,
+    fwd_comp_ms: np.ndarray,
+    batch_size: int,
+    topology: Topology,
+    allreduce: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(fwd_comm, bwd_comm) per device in ms under the topology model."""
+    """(fwd_comm, bwd_comm) per device in ms under the topology model; `allreduce`: each
+    device's share of the data-parallel tables' gradient all-reduce (`allreduce_ms`), backward."""
     transfer = transfer_ms(widths, batch_size, topology)
     if len(transfer) <= 1:
         return transfer, transfer
     wait = np.max(fwd_comp_ms) - np.asarray(fwd_comp_ms, dtype=np.float64)
-    return wait + transfer, transfer
+    return wait + transfer, transfer + allreduce
+
+
+GRADIENT_BYTES = 4  # a data-parallel table's gradients travel dense, in fp32
+
+
+def allreduce_ms(tables: Sequence[Table], d: int, topology: Topology) -> float:
+    """Each device's time in the all-reduce of the data-parallel tables' gradients (the
+    replicas among `tables`, each table once): one fused ring over the `d` devices, each sending
+    and receiving 2 (d - 1) / d of the weights' bytes in 2 (d - 1) steps; across hosts the ring's
+    slowest link, the network, sets the pace. 0 when nothing is replicated."""
+    replicated = {
+        t.shard.of: t for t in tables if t.shard is not None and t.shard.kind == "replica"
+    }
+    if not replicated or d <= 1:
+        return 0.0
+    size = sum(t.rows * t.dim for t in replicated.values()) * GRADIENT_BYTES
+    across = topology.host_size(d) < d
+    gbps = topology.network_gbps if across else topology.bandwidth_gbps
+    latency = topology.network_latency_ms if across else topology.latency_ms
+    return 2 * (d - 1) * latency + 2 * (d - 1) / d * size * 1000.0 / (gbps * 1e9)
 
 
 def shard_comm_info(tables: Sequence[Table], measured: bool) -> dict[str, str]:

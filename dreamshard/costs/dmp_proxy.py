@@ -13,6 +13,7 @@ its own input distribution, lookup and output distribution):
   lookups). Three collectives per group (splits, lengths, ids);
 - **the pooled all-to-all** of table- and column-wise shards (modeled, `comm.transfer_ms` per
   group, forward and backward: hierarchical on a topology across hosts);
+- **the all-reduce of data-parallel tables' gradients** (modeled, `comm.allreduce_ms`);
 - **row-wise partial sums** (modeled): each rank pools its rows for the whole batch, [B, dim]
   per row-wise table, and the sums are reduce-scattered (gloo: an all-reduce's volume, ring
   steps), their gradients all-gathered in the backward;
@@ -37,13 +38,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from dreamshard.costs.comm import POOLED_BYTES, Topology, transfer_ms
+from dreamshard.costs.comm import POOLED_BYTES, Topology, allreduce_ms, transfer_ms
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 
 ID_BYTES = 8  # int64 ids
 LENGTH_BYTES = 4  # one int32 length per bag, feature and destination
 INPUT_COLLECTIVES = 3  # per group: the splits, the lengths, the ids (TorchRec's KJTAllToAll)
-GROUPS = ("table_wise", "column_wise", "row_wise")  # TorchRec's sharding types for our shards
+# TorchRec's sharding types for our shards
+GROUPS = ("table_wise", "column_wise", "row_wise", "data_parallel")
 LABEL = "fbgemm + modeled DMP terms"
 
 
@@ -55,19 +57,21 @@ class StepTerms:
     ids_ms: np.ndarray  # [D] input all-to-all of ids, every group's
     pooled_ms: np.ndarray  # [D] pooled all-to-all of table- and column-wise shards, fwd + bwd
     row_ms: np.ndarray  # [D] row-wise partial sums: reduce-scatter + all-gather of gradients
+    replica_ms: np.ndarray  # [D] data-parallel tables: their gradients' all-reduce
     groups: int  # sharding types present
     column_shards: int  # shards beyond the first of every column-split table
     row_ids: float  # ids per rank that row-wise tables bucketize, per step
 
     @property
     def comm_ms(self) -> np.ndarray:
-        return self.ids_ms + self.pooled_ms + self.row_ms
+        return self.ids_ms + self.pooled_ms + self.row_ms + self.replica_ms
 
     def to_dict(self) -> dict:
         return {
             "ids_ms": self.ids_ms.tolist(),
             "pooled_ms": self.pooled_ms.tolist(),
             "row_ms": self.row_ms.tolist(),
+            "replica_ms": self.replica_ms.tolist(),
             "groups": self.groups,
             "column_shards": self.column_shards,
             "row_ids": self.row_ids,
@@ -77,7 +81,8 @@ class StepTerms:
 def shard_group(table) -> str:
     if table.shard is None:
         return "table_wise"
-    return "column_wise" if table.shard.kind == "column" else "row_wise"
+    kinds = {"column": "column_wise", "row": "row_wise", "replica": "data_parallel"}
+    return kinds[table.shard.kind]
 
 
 def step_terms(
@@ -92,6 +97,8 @@ def step_terms(
     pooled = np.zeros(d)
     present = [g for g in GROUPS if any(shard_group(t) == g for t in shards.tables)]
     for group in present:
+        if group == "data_parallel":  # each rank reads its own bags' ids and keeps its output
+            continue
         members = [(t, e) for t, e in zip(shards.tables, flat.devices) if shard_group(t) == group]
         # each shard's rank receives the ids of every other rank's bags of its table
         per_peer = np.zeros(d)  # bytes each rank receives from one peer
@@ -125,6 +132,7 @@ def step_terms(
         ids_ms=ids,
         pooled_ms=pooled,
         row_ms=row,
+        replica_ms=np.full(d, allreduce_ms(shards.tables, d, topology)),
         groups=len(present),
         column_shards=len(column) - len(column_tables),
         row_ids=float(row_ids),

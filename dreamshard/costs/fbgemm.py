@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import get_topology, modeled_comm, shard_comm_info
+from dreamshard.costs.comm import allreduce_ms, get_topology, modeled_comm, shard_comm_info
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import reference_info, reference_tables
 from dreamshard.costs.torchrun import TorchrunError, run_job
@@ -32,6 +32,7 @@ from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, shard_view
 from dreamshard.report import format_bytes
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.sources import table_to_dict
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
@@ -153,10 +154,13 @@ class FbgemmBackend:
                 timings = time_groups(groups, self.timing)
         except GroupFailure as exc:
             raise MeasurementError(f"kernel failed on {exc}") from exc
-        widths = np.array([sum(g.dims) for g in groups])  # a row shard's: its table's dim
+        # a row shard's width: its table's dim; a data-parallel replica's: none (`pooled_width`)
+        members = placement.device_tables(task.num_devices)  # the shards' (`measure`)
+        widths = np.array([sum(pooled_width(task.tables[i]) for i in m) for m in members])
         fwd = np.array([t.fwd_ms for t in timings])
         topology = get_topology(self.topology_name())
-        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology)
+        allreduce = allreduce_ms(task.tables, task.num_devices, topology)
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce)
         devices = tuple(
             DeviceCost(t.fwd_ms, float(fc), float(bc), t.bwd_ms, t.cv)
             for t, fc, bc in zip(timings, fwd_comm, bwd_comm)
@@ -168,6 +172,11 @@ class FbgemmBackend:
         return PlacementCost(devices, self.name, comm, info)
 
     def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
+        if any(t.shard is not None and t.shard.kind == "replica" for t in task.tables):
+            raise DreamshardError(
+                "data-parallel tables are measured in process only (their all-reduce is "
+                "modeled); drop --launcher torchrun"
+            )
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
         job = {
             "groups": [[table_to_dict(t) for t in g] for g in groups],

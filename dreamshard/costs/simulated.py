@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import get_topology, modeled_comm, transfer_many
+from dreamshard.costs.comm import allreduce_ms, get_topology, modeled_comm, transfer_many
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -37,6 +37,7 @@ from dreamshard.placement.tasks import (
     shard_view,
 )
 from dreamshard.state import calibration_path
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.table import NUM_BINS, Table
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, unique_rows
 
@@ -191,11 +192,14 @@ class SimulatedBackend:
             [np.bincount(slot, np.tile(per_table[:, k], n), n * d) for k in range(6)], axis=1
         )  # [N * D, 6]
         features = features_of_sums(sums)
-        dims = sums[:, 5]
+        pooled = np.array([pooled_width(t) for t in tables], dtype=np.float64)
+        widths = np.bincount(slot, np.tile(pooled, n), n * d).reshape(n, d)
         fwd, bwd = self.model.predict(features)
-        fwd, bwd, dims = fwd.reshape(n, d), bwd.reshape(n, d), dims.reshape(n, d)
+        fwd, bwd = fwd.reshape(n, d), bwd.reshape(n, d)
         topology = get_topology(self.topology)
-        transfer = transfer_many(dims, batch, topology)  # [N, D]
+        transfer = transfer_many(widths, batch, topology)  # [N, D]
+        if d > 1:  # the data-parallel tables' all-reduce: the same on every device
+            transfer = transfer + allreduce_ms(tables, d, topology) / 2
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
         return (fwd + wait + 2 * transfer + bwd).max(axis=1)
 
@@ -212,8 +216,10 @@ class SimulatedBackend:
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
         features = np.stack([group_features(g, batch) for g in groups])
         fwd, bwd = self.model.predict(features)
-        widths = np.array([sum(t.dim for t in g) for g in groups])
-        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, get_topology(self.topology))
+        widths = np.array([sum(pooled_width(t) for t in g) for g in groups])
+        topology = get_topology(self.topology)
+        allreduce = allreduce_ms(task.tables, task.num_devices, topology)
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce)
         devices = tuple(
             DeviceCost(float(f), float(fc), float(bc), float(b))
             for f, fc, bc, b in zip(fwd, fwd_comm, bwd_comm, bwd)

@@ -3,7 +3,9 @@
 Every table becomes one `ParameterSharding` with the fused kernel: a whole table table-wise on
 the rank of its device, a split table column-wise or row-wise with one shard per shard of ours
 (`ranks`: their devices in shard order; offsets [0, c0] sizes [rows, c1 - c0] for a column
-shard, offsets [r0, 0] sizes [r1 - r0, dim] for a row shard). The JSON form (docs/torchrec.md)
+shard, offsets [r0, 0] sizes [r1 - r0, dim] for a row shard); a data-parallel table is
+`data_parallel` with the dense kernel (TorchRec's only one for it) on every rank and no shards
+(no sharding spec: a copy on every rank, as TorchRec writes it). The JSON form (docs/torchrec.md)
 is written without torchrec installed; turning it into a `ShardingPlan` for
 `DistributedModelParallel` needs it.
 
@@ -39,7 +41,12 @@ from dreamshard.tables.table import Table
 TORCHREC_PLAN_FORMAT = "torchrec-sharding-plan"
 DEFAULT_MODULE_PATH = "embedding_bags"  # where the EmbeddingBagCollection sits in the model
 SHARDING_KEYS = ("sharding_type", "compute_kernel", "ranks", "shards")
-SHARDING_TYPES = {None: "table_wise", "column": "column_wise", "row": "row_wise"}
+SHARDING_TYPES = {
+    None: "table_wise",
+    "column": "column_wise",
+    "row": "row_wise",
+    "replica": "data_parallel",
+}
 INDEXED_DEVICES = ("cuda", "mtia")  # devices named with a local index ("cuda:1"); cpu is not
 
 
@@ -66,6 +73,14 @@ def torchrec_plan_dict(
         kind = kinds.get(name)
         if kind == "row":
             check_row_layout(name, shards, task.num_devices)
+        if kind == "replica":  # replica r on rank r (legal placements put one on each)
+            tables[name] = {
+                "sharding_type": "data_parallel",
+                "compute_kernel": "dense",
+                "ranks": sorted(int(d) for _, d in shards),
+                "shards": [],
+            }
+            continue
         tables[name] = {
             "sharding_type": SHARDING_TYPES[kind],
             "compute_kernel": "fused",

@@ -273,10 +273,18 @@ def table_sharding(table: Table, sharding) -> tuple[Split | None, list[int]]:
     kind = sharding.sharding_type
     shards = list(sharding.sharding_spec.shards) if sharding.sharding_spec else []
     ranks = [int(r) for r in sharding.ranks or []]
+    if kind == "data_parallel":  # a copy on every rank: replica r on rank r
+        if len(ranks) < 2 or sorted(ranks) != list(range(len(ranks))):
+            raise DreamshardError(
+                f"table {table.name} is data_parallel on ranks {ranks}; a replica on every "
+                "rank maps to ours"
+            )
+        return Split(table.name, "replica", len(ranks)), sorted(ranks)
     if kind not in CUT_AXIS or not shards or len(ranks) != len(shards):
         raise DreamshardError(
             f"table {table.name} is sharded {kind} on ranks {ranks} with {len(shards)} shards; "
-            "only table-wise, column-wise and row-wise plans with a rank per shard map to ours"
+            "only table-wise, column-wise, row-wise and data-parallel plans with a rank per "
+            "shard map to ours"
         )
     axis = CUT_AXIS[kind]  # 0: rows, 1: columns
     pieces = sorted(

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dreamshard.costs.comm import get_topology, transfer_many
+from dreamshard.costs.comm import allreduce_ms, get_topology, transfer_many
 from dreamshard.costs.simulated import (
     GROUP_FEATURES,
     SimulatedModel,
@@ -41,6 +41,7 @@ from dreamshard.costs.simulated import (
 from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix, raw_features
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 DEVICE_TERMS = ("fwd_comp", "bwd_comm", "bwd_comp")  # fwd_comm depends on the other devices
@@ -373,11 +374,13 @@ class CostNet(nn.Module):
 
     def comm_ms(self, task: PlacementTask, devices: np.ndarray) -> np.ndarray | None:
         """[..., D] the modeled all-to-all ms of placements `devices` [..., T] of `task`, or
-        None when this network predicts communication itself."""
+        None when this network predicts communication itself. With data-parallel tables it
+        holds half their all-reduce too: the overall counts the exchange twice (forward and
+        backward) and only the backward all-reduces, so the overall is exact."""
         if self.comm is None:
             return None
         devices = np.asarray(devices, dtype=np.int64)
-        dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+        dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)
         flat = devices.reshape(-1, devices.shape[-1])
         d = task.num_devices
         slot = (flat + d * np.arange(len(flat))[:, None]).ravel()
@@ -389,7 +392,9 @@ class CostNet(nn.Module):
         if self.comm is None:
             return None
         batch = table_batch_size(task.tables, self.comm["batch"])
-        return transfer_many(widths, batch, get_topology(self.comm["topology"]))
+        topology = get_topology(self.comm["topology"])
+        allreduce = allreduce_ms(task.tables, task.num_devices, topology)
+        return transfer_many(widths, batch, topology) + allreduce / 2
 
     @torch.no_grad()
     def predict_ms(self, task: PlacementTask, placement: Placement) -> tuple[np.ndarray, float]:

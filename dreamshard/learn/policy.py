@@ -27,6 +27,7 @@ from dreamshard.placement.budget import Deadline
 from dreamshard.placement.packing import CompletionGuard
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.traces import table_batch_size
 
 
@@ -125,7 +126,7 @@ class Lookahead:
         self.costs = np.zeros((episodes, d, len(DEVICE_TERMS)), dtype=np.float32)
         self.busy = np.zeros((episodes, d), dtype=bool)
         self.widths = np.zeros((episodes, d))
-        self.dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+        self.dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)
         self.comm, self.d = costnet.comm, d
         self.weights = costnet.numpy_head_weights()
         self.first = None  # [E, D, hidden]: each device's sum times w1 (and [E, D, 3] linear)

@@ -29,8 +29,17 @@ of its table's lookups while a row shard has only those of its rows, so for a ho
 can win where columns cannot (benchmarks/results/split_tables.md: half the rows of a 5.1M-row
 table 0.50x, half its width 0.75x); which wins is the cost model's call, never assumed.
 
+- **Small tables: data-parallel.** A table replicated on every device (`replica`) looks up
+  each device's own slice of the batch and keeps its pooled output there: it leaves the
+  all-to-all, and its gradients are all-reduced instead. The all-reduce moves about
+  2 x rows x dim numbers per device, the all-to-all the table's holder about batch x dim, so
+  replicas pay where rows are fewer than half the batch; each costs its whole memory on every
+  device. `replica_splits` names them (the smallest first, while they take at most a tenth of a
+  device); the candidates offer them beside the memory splits and beside each balance rule,
+  and the rating decides.
+
 `split_place` places a task's shards with any table-wise planner and returns the placement
-with its splits.
+with its splits (row shards over all devices and replicas pinned: shard r on device r).
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from dreamshard.placement.tasks import Placement, PlacementTask, shard_task
 from dreamshard.report import format_bytes
 from dreamshard.tables.shards import Split, max_column_parts, split_problem, split_table
 from dreamshard.tables.table import Table
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 SPLIT_MODES = ("none", "auto")
 
@@ -84,14 +94,42 @@ def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
 def pinned_shards(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[int, int]:
     """Shard index -> device for the shards whose device is fixed: a table split row-wise over
     all D devices keeps shard r on device r, TorchRec's row-wise layout (the only one its
-    training routes ids by; `integrations.torchrec_export`)."""
-    rows = {s.table for s in splits if s.kind == "row" and s.parts == shards.num_devices}
+    training routes ids by; `integrations.torchrec_export`), and replica r of a data-parallel
+    table sits on device r."""
+    d = shards.num_devices
+    rows = {s.table for s in splits if s.kind in ("row", "replica") and s.parts == d}
     pinned, rank = {}, {}
     for i, table in enumerate(shards.tables):
         if table.shard is not None and table.shard.of in rows:
             pinned[i] = rank.setdefault(table.shard.of, 0)
             rank[table.shard.of] += 1
     return pinned
+
+
+REPLICA_SHARE = 0.1  # at most this share of a device's memory goes to data-parallel tables
+
+
+def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[Split, ...]:
+    """Data-parallel copies of the tables, not split by `taken`, whose rows are fewer than half
+    the batch (module docstring), the smallest first while their copies take at most
+    REPLICA_SHARE of a device's memory; none on one device."""
+    d = task.num_devices
+    if d < 2:
+        return ()
+    split = {s.table for s in taken}
+    batch = table_batch_size(task.tables, DEFAULT_BATCH)
+    sizes = dict(zip((t.name for t in task.tables), task.table_bytes().tolist()))
+    small = sorted(
+        (t for t in task.tables if t.name not in split and 2 * t.rows < batch),
+        key=lambda t: (sizes[t.name], t.name),
+    )
+    chosen, used = [], 0
+    for table in small:
+        if used + sizes[table.name] > REPLICA_SHARE * task.memory_cap_bytes:
+            break
+        chosen.append(Split(table.name, "replica", d))
+        used += sizes[table.name]
+    return tuple(chosen)
 
 
 def balance_splits(
@@ -200,12 +238,18 @@ def candidate_splits(
 
     unseen(base)
     yield base
+    replicas = replica_splits(task, base)
+    if replicas and unseen(base + replicas):
+        yield base + replicas
     keys = (*HEURISTIC_KEYS.values(), *keys)
     rules = []
     for key in keys:
         rules.append(balance_splits(task, key, base))
         if unseen(rules[-1]):
             yield rules[-1]
+        with_replicas = rules[-1] + replica_splits(task, rules[-1])
+        if replicas and unseen(with_replicas):
+            yield with_replicas
     for splits in rules:
         rows = row_variant(task, splits, base)
         if unseen(rows):

@@ -152,6 +152,16 @@ def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
     for table, d in zip(task.tables, placement.devices):
         if not 0 <= d < task.num_devices:
             return f"table {table.name} is on device {d}, outside 0..{task.num_devices - 1}"
+    replicas: dict[str, list[int]] = {}
+    for table, d in zip(task.tables, placement.devices):
+        if table.shard is not None and table.shard.kind == "replica":
+            replicas.setdefault(table.shard.of, []).append(int(d))
+    for name, devices in replicas.items():
+        if sorted(devices) != list(range(task.num_devices)):
+            return (
+                f"data-parallel table {name} has replicas on devices {sorted(devices)}, not one "
+                f"on each of the {task.num_devices} devices"
+            )
     used = device_memory(task, placement)
     over = np.flatnonzero(used > task.memory_cap_bytes)
     if over.size:

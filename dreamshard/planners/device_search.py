@@ -31,11 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dreamshard.costs.comm import Topology, device_transfer_ms, get_topology
+from dreamshard.costs.comm import Topology, allreduce_ms, device_transfer_ms, get_topology
 from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.traces import table_batch_size
 
 
@@ -276,13 +277,17 @@ def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
         fwd, comm, bwd = np.moveaxis(heads(sums), -1, 0)
         return fwd, bwd, (None if costnet.comm is not None else comm)
 
-    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+    dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)
     transfer = None
     if costnet.comm is not None:
         scale, total, d = float(costnet.scale), dims.sum(), task.num_devices
         batch = table_batch_size(task.tables, costnet.comm["batch"])
         topology = get_topology(costnet.comm["topology"])
-        transfer = lambda w, h: device_transfer_ms(w, total, d, batch, topology, h) / scale  # noqa: E731
+        half = allreduce_ms(task.tables, d, topology) / 2  # counted twice, as the network does
+
+        def transfer(w, h):
+            return (device_transfer_ms(w, total, d, batch, topology, h) + half) / scale
+
         return DeviceModel(encoded.numpy(), terms, transfer, dims, _spread(topology, d))
     return DeviceModel(encoded.numpy(), terms, transfer, dims)
 
@@ -299,9 +304,13 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
         return features @ fwd_w, features @ bwd_w, None
 
     topology = get_topology(backend.topology)
-    dims = np.array([t.dim for t in task.tables], dtype=np.float64)
+    dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)
     total, d = dims.sum(), task.num_devices
-    transfer = lambda w, h: device_transfer_ms(w, total, d, batch, topology, h)  # noqa: E731
+    half = allreduce_ms(task.tables, d, topology) / 2  # rest = bwd + 2 x transfer
+
+    def transfer(w, h):
+        return device_transfer_ms(w, total, d, batch, topology, h) + half
+
     return DeviceModel(vectors, terms, transfer, dims, _spread(topology, d))
 
 

@@ -1,11 +1,17 @@
-"""Shards of a table: column ranges (column-wise) and row ranges (row-wise).
+"""Shards of a table: column ranges (column-wise), row ranges (row-wise) and replicas
+(data-parallel).
 
 A column-wise split cuts a table into k shards of equal width, k a power of two and each width a
 multiple of 4 (fbgemm's rule). A column shard keeps its table's rows, pooling factor and access
 histogram: every lookup still reads a row, only a narrower slice of it. A row-wise split cuts the
 rows into k nearly equal ranges; a row shard has its share of the table's lookups (rows in
 proportion) and the table's histogram, what a range of hashed or scattered ids holds on
-average, known without reading the trace. An unsplit table is one shard: itself.
+average, known without reading the trace. A data-parallel table is replicated on every one of
+the D devices: replica r, `name[dp r]`, holds the whole table and looks up the bags of the r-th
+of D slices of the batch (its pooling factor is the table's over D: the same lookups in all),
+its pooled output stays on its device (no all-to-all, `pooled_width` 0), and its gradients are
+all-reduced over the D replicas (`costs.comm.allreduce_ms`). An unsplit table is one shard:
+itself.
 
 A shard is a `Table` like any other (features, costs, memory and planners need nothing else),
 named `name[c0:c1]` or `name[r0:r1]`, whose `shard` field says what it is cut from. Its `trace`
@@ -20,12 +26,13 @@ from dataclasses import dataclass, replace
 from dreamshard.errors import DreamshardError
 from dreamshard.tables.table import ShardRange, Table
 
-SPLIT_KINDS = ("column", "row")
+SPLIT_KINDS = ("column", "row", "replica")
 
 
 @dataclass(frozen=True)
 class Split:
-    """Cut table `table` into `parts` shards along `kind` ("column" or "row")."""
+    """Cut table `table` into `parts` shards along `kind` ("column" or "row"), or replicate it
+    on `parts` devices (kind "replica": all of them, data-parallel)."""
 
     table: str
     kind: str
@@ -40,6 +47,8 @@ def split_problem(table: Table, kind: str, parts: int) -> str | None:
         return f"unknown split kind {kind!r}; choose column or row"
     if parts < 1:
         return f"table {table.name}: parts must be positive, got {parts}"
+    if kind == "replica":
+        return None if parts >= 2 else f"table {table.name}: a replica needs 2 devices or more"
     if kind == "column":
         if parts & (parts - 1):
             return f"table {table.name}: column-wise parts must be a power of two, got {parts}"
@@ -68,6 +77,16 @@ def split_table(table: Table, kind: str, parts: int) -> tuple[Table, ...]:
         raise DreamshardError(problem)
     if parts == 1:
         return (table,)
+    if kind == "replica":
+        return tuple(
+            replace(
+                table,
+                name=f"{table.name}[dp{r}]",
+                pooling_factor=table.pooling_factor / parts,
+                shard=ShardRange(table.name, "replica", r, r + 1, parts),
+            )
+            for r in range(parts)
+        )
     if kind == "column":
         width = table.dim // parts
         return tuple(
@@ -109,6 +128,19 @@ def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
         )
         for r0, r1 in row_bounds(table.rows, parts)
     )
+
+
+def describe_split(split: Split) -> str:
+    """A split in words: "t7 column-wise into 4 shards", "t3 data-parallel on 8 devices"."""
+    if split.kind == "replica":
+        return f"{split.table} data-parallel on {split.parts} devices"
+    return f"{split.table} {split.kind}-wise into {split.parts} shards"
+
+
+def pooled_width(table: Table) -> int:
+    """The width a shard adds to its device's pooled outputs in the all-to-all: its dim, or 0
+    for a data-parallel replica, whose output stays on its device."""
+    return 0 if table.shard is not None and table.shard.kind == "replica" else table.dim
 
 
 def validate_splits(tables: tuple[Table, ...] | list[Table], splits: tuple[Split, ...]) -> None:

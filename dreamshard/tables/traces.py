@@ -82,10 +82,17 @@ def shard_trace(
     table: Table, indices: np.ndarray, offsets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """A shard's lookups from its table's: a column shard reads the same rows; a row shard keeps
-    the lookups inside its rows, renumbered from 0, in the same bags (some may be empty)."""
+    the lookups inside its rows, renumbered from 0, in the same bags (some may be empty); a
+    replica keeps the bags of its slice of the batch, the other bags empty."""
     shard = table.shard
     if shard is None or shard.kind == "column":
         return indices, offsets
+    if shard.kind == "replica":
+        bags = len(offsets) - 1
+        first, last = shard.start * bags // shard.extent, shard.stop * bags // shard.extent
+        low, high = offsets[first] - offsets[0], offsets[last] - offsets[0]
+        kept = np.clip(offsets - offsets[0] - low, 0, high - low).astype(np.int64)
+        return indices[low:high], kept
     keep = (indices >= shard.start) & (indices < shard.stop)
     kept_before = np.concatenate(([0], np.cumsum(keep)))
     return indices[keep] - shard.start, kept_before[offsets - offsets[0]].astype(np.int64)
