@@ -122,3 +122,17 @@ def test_the_split_candidates_offer_the_small_tables_replicated():
     offered = [c for c in candidate_splits(TASK) if any(s.kind == "replica" for s in c)]
     assert offered and all(s.parts == 4 for c in offered for s in c if s.kind == "replica")
     assert replica_splits(PlacementTask(TABLES, 1, GIB, "fp32")) == ()
+
+
+def test_torchrecs_judge_rates_a_replicated_plan():
+    """TorchRec's own estimator rates our replicas as its data-parallel sharding: every rank
+    pays for its copy, and replicating a table moves its perf off the rank that held it."""
+    pytest.importorskip("torchrec")
+    from dreamshard.integrations.torchrec_judge import torchrec_sharding_options
+
+    plan = replicated()
+    options = {o.name: o for o in torchrec_sharding_options(TASK, plan)}
+    copy = options[SMALL]
+    assert copy.sharding_type == "data_parallel"
+    assert sorted(s.rank for s in copy.shards) == [0, 1, 2, 3]
+    assert all(s.perf.total > 0 for s in copy.shards)

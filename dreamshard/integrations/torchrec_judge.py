@@ -2,16 +2,18 @@
 
 Each shard of our plan becomes the `ShardingOption` shard TorchRec's `EmbeddingEnumerator` makes
 for it (table-wise for a whole table, column-wise for our column shards, row-wise for a row split
-over all ranks), rated by `EmbeddingPerfEstimator`, the estimator `EmbeddingShardingPlanner` uses
-by default, on the GPU topology `torchrec_request` builds (`compute_device="cuda"`, so its GPU
-model applies; it runs on a CPU). A shard's `Perf.total` is TorchRec's forward and backward
-compute (bytes its TBE model reads and writes over HBM bandwidth, with its kernel factors and
-narrow-dim penalties), forward and backward comms (the pooled outputs' all-to-all, or a row-wise
-table's reduce-scatter, over the topology's bandwidths) and prefetch compute (nil for the fused
-HBM kernel); the input all-to-all it estimates is not in the total. A rank's perf is the sum over
-its shards, and a plan's cost the largest, in ms: what the "Perf" column of TorchRec's planner
-stats table and its `NoopPerfModel` report. It is TorchRec's model with its default hardware
-constants, not a measurement.
+over all ranks, data-parallel with the dense kernel for our replicas: a whole copy per rank, its
+perf TorchRec's gradient all-reduce and lookups of the rank's own batch), rated by
+`EmbeddingPerfEstimator`, the estimator `EmbeddingShardingPlanner` uses by default, on the GPU
+topology `torchrec_request` builds (`compute_device="cuda"`, so its GPU model applies; it runs on
+a CPU). A shard's `Perf.total` is TorchRec's forward and backward compute (bytes its TBE model
+reads and writes over HBM bandwidth, with its kernel factors and narrow-dim penalties), forward
+and backward comms (the pooled outputs' all-to-all, or a row-wise table's reduce-scatter, over
+the topology's bandwidths) and prefetch compute (nil for the fused HBM kernel); the input
+all-to-all it estimates is not in the total. A rank's perf is the sum over its shards, and a
+plan's cost the largest, in ms: what the "Perf" column of TorchRec's planner stats table and its
+`NoopPerfModel` report. It is TorchRec's model with its default hardware constants, not a
+measurement.
 
 TorchRec cuts a row-wise table into one block of ceil(rows / D) rows per rank, block r on rank r,
 so only a row split over all D devices in that order can be rated; another layout raises
@@ -77,8 +79,14 @@ def torchrec_sharding_options(
     check_row_layouts(task, placement)
     tables = torchrec_plan_dict(task, placement, module_path="")["plan"][""]
     enumerated = enumerated_options(task, placement.splits, topology, batch_size)
+    shapes = {t.name: [t.rows, t.dim] for t in task.tables}
     plan = []
     for name, entry in tables.items():
+        if entry["sharding_type"] == "data_parallel":  # a whole copy on each of its ranks
+            entry = {
+                **entry,
+                "shards": [{"offsets": [0, 0], "sizes": shapes[name]}] * len(entry["ranks"]),
+            }
         option = matching_option(name, entry, enumerated.get(name, []))
         for shard, rank in zip(option.shards, entry["ranks"]):
             shard.rank = rank
@@ -112,6 +120,7 @@ def enumerated_options(
 ) -> dict[str, list]:
     """TorchRec's enumerated sharding options of each table, their perf estimated, each table
     constrained to the sharding type of our plan (and a column split's width)."""
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
@@ -127,6 +136,10 @@ def enumerated_options(
             sharding_types=[SHARDING_TYPES[kind]],
             # TorchRec's column blocks: the smallest multiple-of-4 divisor of dim >= this width
             min_partition=table.dim // split.parts if kind == "column" else None,
+            # TorchRec runs data-parallel tables with its dense kernel only
+            compute_kernels=[EmbeddingComputeKernel.DENSE.value]
+            if kind == "replica"
+            else request.constraints[table.name].compute_kernels,
         )
     with quiet_torchrec():
         estimator = EmbeddingPerfEstimator(topology=request.topology, constraints=constraints)
