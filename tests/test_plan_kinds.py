@@ -136,3 +136,69 @@ def test_torchrecs_judge_rates_a_replicated_plan():
     assert copy.sharding_type == "data_parallel"
     assert sorted(s.rank for s in copy.shards) == [0, 1, 2, 3]
     assert all(s.perf.total > 0 for s in copy.shards)
+
+
+HOSTS = "per-host=4,intra=150,inter=1"  # 2 hosts of 4 on a slow network
+WIDE = "t0006"  # 38915 x 64, 31 lookups a sample: the table the balance rule cuts
+EIGHT = PlacementTask(TABLES, 8, GIB, "fp32", "hosts")
+
+
+def split_on(task: PlacementTask, splits) -> Placement:
+    return split_place(task, splits, lambda shards: greedy_place(shards, "size_lookup"))
+
+
+def test_a_table_row_wise_table_sits_on_the_devices_of_one_host_in_order():
+    plan = split_on(EIGHT, (Split(WIDE, "table_row", 4),))
+    shards = placement_task(EIGHT, plan)
+    devices = [d for t, d in zip(shards.tables, plan.devices) if t.shard is not None]
+    assert devices in ([0, 1, 2, 3], [4, 5, 6, 7])
+    assert placement_problem(EIGHT, plan) is None
+    moved = list(plan.devices)
+    first = [i for i, t in enumerate(shards.tables) if t.shard is not None][0]
+    moved[first] = 7 - moved[first]  # shard 0 on the other host
+    problem = placement_problem(EIGHT, Placement(tuple(moved), splits=plan.splits))
+    assert problem and f"table-row-wise table {WIDE}" in problem
+
+
+def test_table_row_wise_keeps_the_partial_sums_inside_a_host():
+    """Across a slow network, the wide table's rows over one host's 4 devices exchange less
+    than its rows over all 8 (whose partial sums all cross the network), and its host peers pay
+    the reduce-scatter on the host's links."""
+    backend = SimulatedBackend(topology=HOSTS)
+    host = split_on(EIGHT, (Split(WIDE, "table_row", 4),))
+    world = split_on(EIGHT, (Split(WIDE, "row", 8),))
+    exchange = {}
+    for name, plan in (("host", host), ("world", world)):
+        cost = backend.measure(EIGHT, plan)
+        exchange[name] = max(d.bwd_comm for d in cost.devices)
+        assert cost.overall == pytest.approx(backend.overall_many(EIGHT, [plan])[0])
+    assert exchange["host"] < exchange["world"]
+
+
+def test_a_table_row_wise_plan_round_trips_through_torchrec_and_its_judge_rates_it():
+    pytest.importorskip("torchrec")
+    from dreamshard.integrations.torchrec_export import (
+        placement_from_sharding_plan,
+        sharding_plan,
+    )
+    from dreamshard.integrations.torchrec_judge import torchrec_sharding_options
+
+    plan = split_on(EIGHT, (Split(WIDE, "table_row", 4),))
+    torchrec_plan = sharding_plan(EIGHT, plan)
+    entry = torchrec_plan.plan["embedding_bags"][WIDE]
+    assert entry.sharding_type == "table_row_wise" and entry.ranks in ([0, 1, 2, 3], [4, 5, 6, 7])
+    back = placement_from_sharding_plan(EIGHT, torchrec_plan)
+    assert (back.devices, back.splits) == (plan.devices, plan.splits)
+    options = {o.name: o for o in torchrec_sharding_options(EIGHT, plan, topology="nvlink-rdma:4")}
+    rated = options[WIDE]
+    assert rated.sharding_type == "table_row_wise"
+    assert [s.rank for s in rated.shards] == entry.ranks
+    assert all(s.perf.total > 0 for s in rated.shards)
+
+
+def test_on_hosts_the_candidates_offer_the_balance_rules_tables_table_row_wise():
+    offered = [
+        c for c in candidate_splits(EIGHT, host_size=4) if any(s.kind == "table_row" for s in c)
+    ]
+    assert offered and all(s.parts == 4 for c in offered for s in c if s.kind == "table_row")
+    assert not any(s.kind == "table_row" for c in candidate_splits(EIGHT) for s in c)

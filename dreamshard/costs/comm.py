@@ -298,14 +298,30 @@ def modeled_comm(
     batch_size: int,
     topology: Topology,
     allreduce: float = 0.0,
+    reduce_widths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(fwd_comm, bwd_comm) per device in ms under the topology model; `allreduce`: each
-    device's share of the data-parallel tables' gradient all-reduce (`allreduce_ms`), backward."""
+    device's share of the data-parallel tables' gradient all-reduce (`allreduce_ms`), backward;
+    `reduce_widths`: each device's table-row-wise partial sums reduced inside its host
+    (`host_reduce_ms`), both ways."""
     transfer = transfer_ms(widths, batch_size, topology)
+    if reduce_widths is not None:
+        transfer = transfer + host_reduce_ms(reduce_widths, batch_size, topology)
     if len(transfer) <= 1:
         return transfer, transfer
     wait = np.max(fwd_comp_ms) - np.asarray(fwd_comp_ms, dtype=np.float64)
     return wait + transfer, transfer + allreduce
+
+
+def host_reduce_ms(reduce_widths: np.ndarray, batch_size: int, topology: Topology) -> np.ndarray:
+    """[..., D] each device's time in its host's reduce-scatter of table-row-wise partial sums
+    (the all-gather of their gradients takes as long): `reduce_widths` [..., D] (the devices'
+    summed `tables.shards.reduce_width`) of the batch's fp32 sums sent and received on the
+    host's links, after a message to each host peer; 0 where a device holds none."""
+    widths = np.asarray(reduce_widths, dtype=np.float64)
+    peers = topology.host_size(widths.shape[-1]) - 1
+    latency = np.where(widths > 0, topology.latency_ms * peers, 0.0)
+    return latency + batch_size * widths * POOLED_BYTES * ms_per_byte(topology)
 
 
 GRADIENT_BYTES = 4  # a data-parallel table's gradients travel dense, in fp32
@@ -331,6 +347,6 @@ def allreduce_ms(tables: Sequence[Table], d: int, topology: Topology) -> float:
 def shard_comm_info(tables: Sequence[Table], measured: bool) -> dict[str, str]:
     """What a cost's info says of how the placed tables' outputs travel: {"row_partials": ...}
     when some are row shards (see the module's docstring), else nothing."""
-    if not any(t.shard is not None and t.shard.kind == "row" for t in tables):
+    if not any(t.shard is not None and t.shard.kind in ("row", "table_row") for t in tables):
         return {}
     return {"row_partials": ROW_PARTIALS_MEASURED if measured else ROW_PARTIALS_MODELED}

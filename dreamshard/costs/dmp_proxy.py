@@ -39,6 +39,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from dreamshard.costs.comm import POOLED_BYTES, Topology, allreduce_ms, transfer_ms
+from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 
 ID_BYTES = 8  # int64 ids
@@ -82,6 +83,11 @@ def shard_group(table) -> str:
     if table.shard is None:
         return "table_wise"
     kinds = {"column": "column_wise", "row": "row_wise", "replica": "data_parallel"}
+    if table.shard.kind not in kinds:
+        raise DreamshardError(
+            f"table {table.shard.of} is table-row-wise, which TorchRec trains on CUDA only; the "
+            "DMP step model covers the CPU's sharding types"
+        )
     return kinds[table.shard.kind]
 
 

@@ -32,7 +32,7 @@ from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, shard_view
 from dreamshard.report import format_bytes
-from dreamshard.tables.shards import pooled_width
+from dreamshard.tables.shards import pooled_width, reduce_width
 from dreamshard.tables.sources import table_to_dict
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
@@ -160,7 +160,8 @@ class FbgemmBackend:
         fwd = np.array([t.fwd_ms for t in timings])
         topology = get_topology(self.topology_name())
         allreduce = allreduce_ms(task.tables, task.num_devices, topology)
-        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce)
+        reduced = np.array([sum(reduce_width(task.tables[i]) for i in m) for m in members])
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce, reduced)
         devices = tuple(
             DeviceCost(t.fwd_ms, float(fc), float(bc), t.bwd_ms, t.cv)
             for t, fc, bc in zip(timings, fwd_comm, bwd_comm)
@@ -172,10 +173,12 @@ class FbgemmBackend:
         return PlacementCost(devices, self.name, comm, info)
 
     def _torchrun(self, task: PlacementTask, placement: Placement, batch: int) -> PlacementCost:
-        if any(t.shard is not None and t.shard.kind == "replica" for t in task.tables):
+        if any(
+            t.shard is not None and t.shard.kind in ("replica", "table_row") for t in task.tables
+        ):
             raise DreamshardError(
-                "data-parallel tables are measured in process only (their all-reduce is "
-                "modeled); drop --launcher torchrun"
+                "data-parallel and table-row-wise tables are measured in process only (their "
+                "all-reduce and reduce-scatter are modeled); drop --launcher torchrun"
             )
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
         job = {

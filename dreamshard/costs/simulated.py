@@ -25,7 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import allreduce_ms, get_topology, modeled_comm, transfer_many
+from dreamshard.costs.comm import (
+    allreduce_ms,
+    get_topology,
+    host_reduce_ms,
+    modeled_comm,
+    transfer_many,
+)
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -37,7 +43,7 @@ from dreamshard.placement.tasks import (
     shard_view,
 )
 from dreamshard.state import calibration_path
-from dreamshard.tables.shards import pooled_width
+from dreamshard.tables.shards import pooled_width, reduce_width
 from dreamshard.tables.table import NUM_BINS, Table
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, unique_rows
 
@@ -198,6 +204,10 @@ class SimulatedBackend:
         fwd, bwd = fwd.reshape(n, d), bwd.reshape(n, d)
         topology = get_topology(self.topology)
         transfer = transfer_many(widths, batch, topology)  # [N, D]
+        reduced = np.array([reduce_width(t) for t in tables], dtype=np.float64)
+        if reduced.any():  # table-row-wise partial sums, reduced inside each host
+            reduced = np.bincount(slot, np.tile(reduced, n), n * d).reshape(n, d)
+            transfer = transfer + host_reduce_ms(reduced, batch, topology)
         if d > 1:  # the data-parallel tables' all-reduce: the same on every device
             transfer = transfer + allreduce_ms(tables, d, topology) / 2
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
@@ -219,7 +229,8 @@ class SimulatedBackend:
         widths = np.array([sum(pooled_width(t) for t in g) for g in groups])
         topology = get_topology(self.topology)
         allreduce = allreduce_ms(task.tables, task.num_devices, topology)
-        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce)
+        reduced = np.array([sum(reduce_width(t) for t in g) for g in groups])
+        fwd_comm, bwd_comm = modeled_comm(widths, fwd, batch, topology, allreduce, reduced)
         devices = tuple(
             DeviceCost(float(f), float(fc), float(bc), float(b))
             for f, fc, bc, b in zip(fwd, fwd_comm, bwd_comm, bwd)

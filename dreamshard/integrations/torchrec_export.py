@@ -3,7 +3,8 @@
 Every table becomes one `ParameterSharding` with the fused kernel: a whole table table-wise on
 the rank of its device, a split table column-wise or row-wise with one shard per shard of ours
 (`ranks`: their devices in shard order; offsets [0, c0] sizes [rows, c1 - c0] for a column
-shard, offsets [r0, 0] sizes [r1 - r0, dim] for a row shard); a data-parallel table is
+shard, offsets [r0, 0] sizes [r1 - r0, dim] for a row shard, `table_row_wise` for a row split
+over the devices of one host); a data-parallel table is
 `data_parallel` with the dense kernel (TorchRec's only one for it) on every rank and no shards
 (no sharding spec: a copy on every rank, as TorchRec writes it). The JSON form (docs/torchrec.md)
 is written without torchrec installed; turning it into a `ShardingPlan` for
@@ -46,6 +47,7 @@ SHARDING_TYPES = {
     "column": "column_wise",
     "row": "row_wise",
     "replica": "data_parallel",
+    "table_row": "table_row_wise",
 }
 INDEXED_DEVICES = ("cuda", "mtia")  # devices named with a local index ("cuda:1"); cpu is not
 
@@ -71,8 +73,8 @@ def torchrec_plan_dict(
     tables = {}
     for name, shards in grouped.items():
         kind = kinds.get(name)
-        if kind == "row":
-            check_row_layout(name, shards, task.num_devices)
+        if kind in ("row", "table_row"):
+            check_row_layout(name, shards, task.num_devices, kind)
         if kind == "replica":  # replica r on rank r (legal placements put one on each)
             tables[name] = {
                 "sharding_type": "data_parallel",
@@ -102,7 +104,7 @@ def shard_extent(shard: Table) -> dict[str, list[int]]:
     if cut is None:
         offsets = [0, 0]
     else:
-        offsets = [cut.start, 0] if cut.kind == "row" else [0, cut.start]
+        offsets = [cut.start, 0] if cut.kind in ("row", "table_row") else [0, cut.start]
     return {"offsets": offsets, "sizes": [shard.rows, shard.dim]}
 
 
@@ -114,13 +116,18 @@ def shard_placement(device: int, compute_device: str, per_host: int) -> str:
     return f"rank:{device}/{compute_device}"
 
 
-def check_row_layout(name: str, shards: list[tuple[Table, int]], num_devices: int) -> None:
-    """DreamshardError unless a row split is in the layout DMP trains (module docstring)."""
+def check_row_layout(
+    name: str, shards: list[tuple[Table, int]], num_devices: int, kind: str = "row"
+) -> None:
+    """DreamshardError unless a row split is in the layout DMP trains (module docstring): over
+    all ranks, or (table-row-wise) over the ranks of one host, shard r on its r-th rank."""
     ranges = [(s.shard.start, s.shard.stop) for s, _ in shards]
     devices = [int(d) for _, d in shards]
     rows = shards[0][0].shard.extent
-    expected = torchrec_row_bounds(rows, num_devices)
-    if ranges != expected or devices != list(range(num_devices)):
+    over = len(shards) if kind == "table_row" else num_devices
+    expected = torchrec_row_bounds(rows, over)
+    first = devices[0] if kind == "table_row" else 0
+    if ranges != expected or devices != list(range(first, first + over)):
         raise DreamshardError(
             f"table {name}: its row shards {', '.join(f'{a}:{b}' for a, b in ranges)} on devices "
             f"{devices} are not a layout TorchRec trains row-wise (one shard per rank in rank "

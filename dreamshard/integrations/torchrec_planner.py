@@ -48,7 +48,8 @@ RESERVED_FRACTION = 0.15  # TorchRec's default HBM share kept back (HeuristicalS
 KJT_COPIES = 20  # its KJT reservation: 2 pipelined batches x 10 internal copies
 KJT_BYTES_PER_LOOKUP = 8  # int64 ids
 DATA_TYPES = {"fp16": "FP16", "fp32": "FP32"}
-CUT_AXIS = {"table_wise": 0, "row_wise": 0, "column_wise": 1}  # the weight axis its shards cut
+# the weight axis each sharding type's shards cut
+CUT_AXIS = {"table_wise": 0, "row_wise": 0, "table_row_wise": 0, "column_wise": 1}
 
 
 def require_torchrec() -> None:
@@ -301,7 +302,7 @@ def table_sharding(table: Table, sharding) -> tuple[Split | None, list[int]]:
             "column shards, k a power of two, widths multiples of 4; or the even row ranges of "
             "tables.shards.row_bounds)"
         )
-    cut = "column" if axis else "row"
+    cut = "column" if axis else ("table_row" if kind == "table_row_wise" else "row")
     split = Split(table.name, cut, len(ranges)) if len(ranges) > 1 else None
     return split, [rank for _, _, rank in pieces]
 

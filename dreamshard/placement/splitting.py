@@ -94,16 +94,42 @@ def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
 def pinned_shards(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[int, int]:
     """Shard index -> device for the shards whose device is fixed: a table split row-wise over
     all D devices keeps shard r on device r, TorchRec's row-wise layout (the only one its
-    training routes ids by; `integrations.torchrec_export`), and replica r of a data-parallel
-    table sits on device r."""
+    training routes ids by; `integrations.torchrec_export`), replica r of a data-parallel
+    table sits on device r, and shard r of a table-row-wise table on device r of its host
+    (`table_row_hosts`)."""
     d = shards.num_devices
-    rows = {s.table for s in splits if s.kind in ("row", "replica") and s.parts == d}
+    first = {s.table: 0 for s in splits if s.kind in ("row", "replica") and s.parts == d}
+    first |= table_row_hosts(shards, splits)
     pinned, rank = {}, {}
     for i, table in enumerate(shards.tables):
-        if table.shard is not None and table.shard.of in rows:
-            pinned[i] = rank.setdefault(table.shard.of, 0)
-            rank[table.shard.of] += 1
+        if table.shard is not None and table.shard.of in first:
+            of = table.shard.of
+            pinned[i] = first[of] + rank.setdefault(of, 0)
+            rank[of] += 1
     return pinned
+
+
+def table_row_hosts(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[str, int]:
+    """The first device of the host each table-row-wise table goes to: the largest table first,
+    each to the host its predecessors loaded least (by bytes; the first of equal hosts)."""
+    d = shards.num_devices
+    hosts = {s.table: s.parts for s in splits if s.kind == "table_row"}
+    if not hosts:
+        return {}
+    sizes: dict[str, int] = {}
+    for table, size in zip(shards.tables, shards.table_bytes().tolist()):
+        if table.shard is not None and table.shard.of in hosts:
+            sizes[table.shard.of] = sizes.get(table.shard.of, 0) + size
+    first = {}
+    for size in set(hosts.values()):
+        if d % size:
+            raise InfeasibleError(f"{d} devices do not fill hosts of {size} (table-row-wise)")
+        load = np.zeros(d // size, dtype=np.int64)
+        for name in sorted((n for n in hosts if hosts[n] == size), key=lambda n: (-sizes[n], n)):
+            host = int(np.argmin(load))
+            first[name] = host * size
+            load[host] += sizes[name]
+    return first
 
 
 REPLICA_SHARE = 0.1  # at most this share of a device's memory goes to data-parallel tables
@@ -178,6 +204,22 @@ def row_variant(
     )
 
 
+def host_variant(
+    task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...], host_size: int
+) -> tuple[Split, ...]:
+    """`splits` with each table the balance rule cut (those not in `base`) cut instead into
+    row ranges over the `host_size` devices of one host (table-row-wise: their partial sums
+    reduced on the host's links, 1/L of them crossing the network from each device); a table
+    that cannot be cut so keeps its column split."""
+    kept, by_name = set(base), {t.name: t for t in task.tables}
+    return tuple(
+        s
+        if s in kept or split_problem(by_name[s.table], "table_row", host_size)
+        else Split(s.table, "table_row", host_size)
+        for s in splits
+    )
+
+
 def split_place(
     task: PlacementTask,
     splits: tuple[Split, ...],
@@ -219,14 +261,16 @@ def split_place(
 
 
 def candidate_splits(
-    task: PlacementTask, keys: Iterable[Callable[[Table], float]] = ()
+    task: PlacementTask, keys: Iterable[Callable[[Table], float]] = (), host_size: int = 0
 ) -> Iterator[tuple[Split, ...]]:
     """Distinct split sets, most telling first, each made when asked for (a budget may rate
-    only the first few): the memory splits alone; the balance rule over them under each
-    heuristic's key and each of `keys` (the memory splits come first); the rule's tables cut
-    row-wise instead (`row_variant`); then each rule stopped at every halving level on the way
-    (at most 2, 4, ... shards a table): on a CPU a column shard repeats all of its table's
-    lookups, so one halving can beat the rule's quarters."""
+    only the first few): the memory splits alone, and with the small tables data-parallel; the
+    balance rule over them under each heuristic's key and each of `keys` (the memory splits
+    come first), with and without the replicas; the rule's tables cut row-wise instead
+    (`row_variant`), and on hosts of `host_size` devices (0: one host) table-row-wise
+    (`host_variant`); then each rule stopped at every halving level on the way (at most 2, 4,
+    ... shards a table): on a CPU a column shard repeats all of its table's lookups, so one
+    halving can beat the rule's quarters."""
     base = memory_splits(task)
     seen = set()
 
@@ -254,6 +298,11 @@ def candidate_splits(
         rows = row_variant(task, splits, base)
         if unseen(rows):
             yield rows
+    if 1 < host_size < task.num_devices:
+        for splits in rules:
+            hosts = host_variant(task, splits, base, host_size)
+            if unseen(hosts):
+                yield hosts
     for key, full in zip(keys, rules):
         deepest = max((s.parts for s in full if s.kind == "column"), default=1)
         for cap in [2**k for k in range(1, deepest.bit_length() - 1)]:  # 2, 4, ... below deepest
@@ -305,10 +354,15 @@ def _identity(splits: tuple[Split, ...]) -> tuple:
 
 
 def checked_balance_splits(
-    task: PlacementTask, key_name: str, rating: SplitRating, deadline: Deadline | None = None
+    task: PlacementTask,
+    key_name: str,
+    rating: SplitRating,
+    deadline: Deadline | None = None,
+    host_size: int = 0,
 ) -> tuple[Split, ...]:
     """The heuristic `key_name`'s balance rule (`balance_splits`), its column halvings or the
-    same tables cut row-wise over all devices (`row_variant`), kept only where `rating` (the
+    same tables cut row-wise over all devices (`row_variant`) or, on hosts of `host_size`
+    devices, over one host's (`host_variant`), kept only where `rating` (the
     calibrated analytic model, for the heuristics) rates the heuristic's own placement of the
     shards cheaper than of the tables with only the memory splits (which win ties). The rule's
     key does not see that a column shard still does all of its table's lookups; on real
@@ -319,4 +373,6 @@ def checked_balance_splits(
     if _identity(balanced) == _identity(base):
         return base
     candidates = [base, balanced, row_variant(task, balanced, base)]
+    if 1 < host_size < task.num_devices:
+        candidates.append(host_variant(task, balanced, base, host_size))
     return choose_splits(task, candidates, rating, [key_name], deadline)[0]

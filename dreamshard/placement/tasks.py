@@ -152,16 +152,9 @@ def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
     for table, d in zip(task.tables, placement.devices):
         if not 0 <= d < task.num_devices:
             return f"table {table.name} is on device {d}, outside 0..{task.num_devices - 1}"
-    replicas: dict[str, list[int]] = {}
-    for table, d in zip(task.tables, placement.devices):
-        if table.shard is not None and table.shard.kind == "replica":
-            replicas.setdefault(table.shard.of, []).append(int(d))
-    for name, devices in replicas.items():
-        if sorted(devices) != list(range(task.num_devices)):
-            return (
-                f"data-parallel table {name} has replicas on devices {sorted(devices)}, not one "
-                f"on each of the {task.num_devices} devices"
-            )
+    problem = _layout_problem(task, placement)
+    if problem:
+        return problem
     used = device_memory(task, placement)
     over = np.flatnonzero(used > task.memory_cap_bytes)
     if over.size:
@@ -170,6 +163,30 @@ def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
             f"device {d} needs {format_bytes(used[d])}, over its cap of "
             f"{format_bytes(task.memory_cap_bytes)}"
         )
+    return None
+
+
+def _layout_problem(task: PlacementTask, placement: Placement) -> str | None:
+    """Why the shards with a fixed layout are not in it: a data-parallel table's replicas, one
+    on each device; a table-row-wise table's L shards, shard r on device r of one host of L."""
+    held: dict[tuple[str, str], list[int]] = {}
+    for table, d in zip(task.tables, placement.devices):
+        if table.shard is not None and table.shard.kind in ("replica", "table_row"):
+            held.setdefault((table.shard.kind, table.shard.of), []).append(int(d))
+    for (kind, name), devices in held.items():
+        d, size = task.num_devices, len(devices)
+        if kind == "replica" and sorted(devices) != list(range(d)):
+            return (
+                f"data-parallel table {name} has replicas on devices {sorted(devices)}, not one "
+                f"on each of the {d} devices"
+            )
+        if kind == "table_row" and (
+            d % size or devices[0] % size or devices != list(range(devices[0], devices[0] + size))
+        ):
+            return (
+                f"table-row-wise table {name} has its {size} shards on devices {devices}, not on "
+                f"the {size} devices of one host in order (hosts of {size} among {d} devices)"
+            )
     return None
 
 

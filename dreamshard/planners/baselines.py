@@ -9,6 +9,7 @@ cheaper (`placement.splitting.checked_balance_splits`).
 
 from __future__ import annotations
 
+from dreamshard.costs.comm import get_topology
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.placement.heuristics import greedy_place, random_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
@@ -34,8 +35,9 @@ class HeuristicPlanner(BasePlanner):
         return greedy_place(task, self.name)
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        rating = SimulatedBackend(topology=options.topology).cheapest
-        return checked_balance_splits(task, self.name, rating, options.until())
+        backend = SimulatedBackend(topology=options.topology)
+        host_size = get_topology(backend.topology).host_size(task.num_devices)
+        return checked_balance_splits(task, self.name, backend.cheapest, options.until(), host_size)
 
 
 RANDOM = RandomPlanner()

@@ -241,7 +241,9 @@ def dreamshard_splits(
     rated before `deadline`, in `candidate_splits`' order."""
     _, single = single_table_costs(model.costnet, torch.from_numpy(feature_matrix(task.tables)))
     alone = dict(zip((t.name for t in task.tables), single.tolist()))
-    candidates = candidate_splits(task, [lambda t: alone[t.name]])
+    comm = model.costnet.comm
+    host_size = get_topology(comm["topology"]).host_size(task.num_devices) if comm else 0
+    candidates = candidate_splits(task, [lambda t: alone[t.name]], host_size)
 
     def rating(shards: PlacementTask, found: list[Placement]) -> float:
         return min(predicted_overall(model, shards, found))

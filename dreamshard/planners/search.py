@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dreamshard.costs.comm import get_topology
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.budget import SPLIT_SHARE, Deadline
@@ -173,8 +174,10 @@ def analytic_splits(
     """The splits the analytic model picks: among `candidate_splits` (those rated before
     `deadline`), the one whose shards the best heuristic placement (by that model) runs
     cheapest."""
-    rating = (backend or SimulatedBackend()).cheapest
-    return choose_splits(task, candidate_splits(task), rating, deadline=deadline)[0]
+    backend = backend or SimulatedBackend()
+    host_size = get_topology(backend.topology).host_size(task.num_devices)
+    candidates = candidate_splits(task, host_size=host_size)
+    return choose_splits(task, candidates, backend.cheapest, deadline=deadline)[0]
 
 
 def search_analytic_place(

@@ -1,5 +1,5 @@
-"""Shards of a table: column ranges (column-wise), row ranges (row-wise) and replicas
-(data-parallel).
+"""Shards of a table: column ranges (column-wise), row ranges (row-wise, or table-row-wise
+over the devices of one host) and replicas (data-parallel).
 
 A column-wise split cuts a table into k shards of equal width, k a power of two and each width a
 multiple of 4 (fbgemm's rule). A column shard keeps its table's rows, pooling factor and access
@@ -10,8 +10,12 @@ average, known without reading the trace. A data-parallel table is replicated on
 the D devices: replica r, `name[dp r]`, holds the whole table and looks up the bags of the r-th
 of D slices of the batch (its pooling factor is the table's over D: the same lookups in all),
 its pooled output stays on its device (no all-to-all, `pooled_width` 0), and its gradients are
-all-reduced over the D replicas (`costs.comm.allreduce_ms`). An unsplit table is one shard:
-itself.
+all-reduced over the D replicas (`costs.comm.allreduce_ms`). A table-row-wise table
+(`table_row`, TorchRec's table_row_wise) is cut into the row ranges of a row split over the L
+devices of one host: each computes partial sums of the whole batch, a reduce-scatter inside the
+host adds them up (`reduce_width`, on the host's links), and each device then sends its 1/L of
+the sums to the world like a table of that share of the width (`pooled_width`). An unsplit
+table is one shard: itself.
 
 A shard is a `Table` like any other (features, costs, memory and planners need nothing else),
 named `name[c0:c1]` or `name[r0:r1]`, whose `shard` field says what it is cut from. Its `trace`
@@ -26,13 +30,15 @@ from dataclasses import dataclass, replace
 from dreamshard.errors import DreamshardError
 from dreamshard.tables.table import ShardRange, Table
 
-SPLIT_KINDS = ("column", "row", "replica")
+SPLIT_KINDS = ("column", "row", "replica", "table_row")
+ROW_KINDS = ("row", "table_row")  # cut into row ranges
 
 
 @dataclass(frozen=True)
 class Split:
-    """Cut table `table` into `parts` shards along `kind` ("column" or "row"), or replicate it
-    on `parts` devices (kind "replica": all of them, data-parallel)."""
+    """Cut table `table` into `parts` shards along `kind` ("column" or "row"; "table_row": row
+    ranges over the `parts` devices of one host), or replicate it on `parts` devices (kind
+    "replica": all of them, data-parallel)."""
 
     table: str
     kind: str
@@ -44,7 +50,7 @@ def split_problem(table: Table, kind: str, parts: int) -> str | None:
     if table.shard is not None:
         return f"table {table.name} is already a shard"
     if kind not in SPLIT_KINDS:
-        return f"unknown split kind {kind!r}; choose column or row"
+        return f"unknown split kind {kind!r}; choose one of {', '.join(SPLIT_KINDS)}"
     if parts < 1:
         return f"table {table.name}: parts must be positive, got {parts}"
     if kind == "replica":
@@ -87,18 +93,18 @@ def split_table(table: Table, kind: str, parts: int) -> tuple[Table, ...]:
             )
             for r in range(parts)
         )
-    if kind == "column":
-        width = table.dim // parts
-        return tuple(
-            replace(
-                table,
-                name=f"{table.name}[c{c}:{c + width}]",
-                dim=width,
-                shard=ShardRange(table.name, "column", c, c + width, table.dim),
-            )
-            for c in range(0, table.dim, width)
+    if kind in ROW_KINDS:
+        return _row_shards(table, parts, kind)
+    width = table.dim // parts
+    return tuple(
+        replace(
+            table,
+            name=f"{table.name}[c{c}:{c + width}]",
+            dim=width,
+            shard=ShardRange(table.name, "column", c, c + width, table.dim),
         )
-    return _row_shards(table, parts)
+        for c in range(0, table.dim, width)
+    )
 
 
 def row_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
@@ -108,7 +114,7 @@ def row_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
     return [(k * block, min((k + 1) * block, rows)) for k in range(parts)]
 
 
-def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
+def _row_shards(table: Table, parts: int, kind: str = "row") -> tuple[Table, ...]:
     """Row ranges with their expected statistics: each range's share of the table's lookups
     (rows in proportion) and the table's histogram. Ids are hashed or scattered (the synthetic
     generator scatters its hot rows), so a range of rows holds a like sample of the table's
@@ -124,7 +130,7 @@ def _row_shards(table: Table, parts: int) -> tuple[Table, ...]:
             name=f"{table.name}[r{r0}:{r1}]",
             rows=r1 - r0,
             pooling_factor=share * (r1 - r0),
-            shard=ShardRange(table.name, "row", r0, r1, table.rows),
+            shard=ShardRange(table.name, kind, r0, r1, table.rows),
         )
         for r0, r1 in row_bounds(table.rows, parts)
     )
@@ -134,13 +140,31 @@ def describe_split(split: Split) -> str:
     """A split in words: "t7 column-wise into 4 shards", "t3 data-parallel on 8 devices"."""
     if split.kind == "replica":
         return f"{split.table} data-parallel on {split.parts} devices"
+    if split.kind == "table_row":
+        return f"{split.table} table-row-wise over the {split.parts} devices of a host"
     return f"{split.table} {split.kind}-wise into {split.parts} shards"
 
 
-def pooled_width(table: Table) -> int:
-    """The width a shard adds to its device's pooled outputs in the all-to-all: its dim, or 0
-    for a data-parallel replica, whose output stays on its device."""
-    return 0 if table.shard is not None and table.shard.kind == "replica" else table.dim
+def pooled_width(table: Table) -> float:
+    """The width a shard adds to its device's pooled outputs in the all-to-all: its dim; 0 for a
+    data-parallel replica, whose output stays on its device; a table-row-wise shard's share of
+    its table's dim (its rows' share: 1/L of the batch's sums after the host's reduce-scatter)."""
+    cut = table.shard
+    if cut is None or cut.kind in ("column", "row"):
+        return table.dim
+    if cut.kind == "replica":
+        return 0
+    return table.dim * (cut.stop - cut.start) / cut.extent
+
+
+def reduce_width(table: Table) -> float:
+    """The width a table-row-wise shard's device sends and receives in its host's
+    reduce-scatter of partial sums ((L - 1) / L of its table's dim, by its rows' share); 0 for
+    any other shard."""
+    cut = table.shard
+    if cut is None or cut.kind != "table_row":
+        return 0.0
+    return table.dim * (1 - (cut.stop - cut.start) / cut.extent)
 
 
 def validate_splits(tables: tuple[Table, ...] | list[Table], splits: tuple[Split, ...]) -> None:

@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import validate, write_json_atomic, write_text_atomic
+from dreamshard.tables.shards import SPLIT_KINDS
 from dreamshard.tables.table import DEFAULT_HISTOGRAM, NUM_BINS, ShardRange, Table, TraceRef
 
 REQUIRED_COLUMNS = ("name", "rows", "dim", "pooling_factor")
@@ -62,7 +63,7 @@ class ShardRecord(BaseModel):
     """What a shard is cut from (`ShardRange`): a shard's record in a cost dataset."""
 
     of: str = Field(min_length=1)
-    kind: Literal["column", "row"]
+    kind: Literal[*SPLIT_KINDS]
     start: int = Field(ge=0)
     stop: int = Field(gt=0)
     extent: int = Field(gt=0)

@@ -58,9 +58,10 @@ class TraceRef:
 
 @dataclass(frozen=True)
 class ShardRange:
-    """What a shard is cut from: columns (kind "column") or rows ("row") [start, stop) of table
-    `of`, whose extent along that axis (its dim or its rows) is `extent`; or replica `start` of
-    `extent` (kind "replica", stop = start + 1), the table whole on one of `extent` devices."""
+    """What a shard is cut from: columns (kind "column") or rows ("row", or "table_row" over one
+    host's devices) [start, stop) of table `of`, whose extent along that axis (its dim or its
+    rows) is `extent`; or replica `start` of `extent` (kind "replica", stop = start + 1), the
+    table whole on one of `extent` devices."""
 
     of: str
     kind: str
