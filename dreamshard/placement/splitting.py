@@ -207,17 +207,23 @@ def row_variant(
 def host_variant(
     task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...], host_size: int
 ) -> tuple[Split, ...]:
-    """`splits` with each table the balance rule cut (those not in `base`) cut instead into
+    """`splits` with each table the balance rule cut (those not in `base`), and each table
+    memory cut row-wise over all devices whose rows fit `host_size` devices, cut instead into
     row ranges over the `host_size` devices of one host (table-row-wise: their partial sums
     reduced on the host's links, 1/L of them crossing the network from each device); a table
-    that cannot be cut so keeps its column split."""
+    that cannot be cut so keeps its split."""
     kept, by_name = set(base), {t.name: t for t in task.tables}
-    return tuple(
-        s
-        if s in kept or split_problem(by_name[s.table], "table_row", host_size)
-        else Split(s.table, "table_row", host_size)
-        for s in splits
-    )
+
+    def fits(split: Split) -> bool:
+        table = by_name[split.table]
+        if split_problem(table, "table_row", host_size):
+            return False
+        if split not in kept:
+            return True
+        shard = split_table(table, "table_row", host_size)[0]
+        return split.kind == "row" and task.bytes_of(shard) <= task.memory_cap_bytes
+
+    return tuple(Split(s.table, "table_row", host_size) if fits(s) else s for s in splits)
 
 
 def split_place(
@@ -282,6 +288,9 @@ def candidate_splits(
 
     unseen(base)
     yield base
+    hosts = 1 < host_size < task.num_devices
+    if hosts and unseen(host_variant(task, base, base, host_size)):
+        yield host_variant(task, base, base, host_size)
     replicas = replica_splits(task, base)
     if replicas and unseen(base + replicas):
         yield base + replicas
@@ -298,7 +307,7 @@ def candidate_splits(
         rows = row_variant(task, splits, base)
         if unseen(rows):
             yield rows
-    if 1 < host_size < task.num_devices:
+    if hosts:
         for splits in rules:
             hosts = host_variant(task, splits, base, host_size)
             if unseen(hosts):
