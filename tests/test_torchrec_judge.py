@@ -63,9 +63,9 @@ def planner_plan(task: PlacementTask, split: str, topology: str | None, row_wise
         (TASK, "none", True, None, set()),
         (TASK, "none", True, "network", set()),
         (TASK, "auto", True, None, {"row"}),
-        (HOT_TASK, "auto", False, None, {"column"}),
+        (HOT_TASK, "auto", False, None, {"column", "replica"}),  # 2 small tables data-parallel
     ],
-    ids=["table-wise", "table-wise-on-hosts", "row-wise", "column-wise"],
+    ids=["table-wise", "table-wise-on-hosts", "row-wise", "column-wise-and-data-parallel"],
 )
 def test_torchrec_own_plans_are_rated_as_its_planner_rates_them(
     task, split, row_wise, topology, kinds

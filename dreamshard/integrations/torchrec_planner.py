@@ -116,12 +116,17 @@ def torchrec_request(
     from torchrec.distributed.planner import ParameterConstraints, Topology
 
     configs = bag_configs(task.tables, task.precision)
+    host_size = get_topology(topology).host_size(task.num_devices) if topology else 0
     constraints = {}
     for t in task.tables:
-        types, min_partition = sharding_options(t, task.num_devices, split)
+        types, min_partition = sharding_options(t, task.num_devices, split, host_size)
         constraints[t.name] = ParameterConstraints(
             sharding_types=types,
-            compute_kernels=[EmbeddingComputeKernel.FUSED.value],
+            # TorchRec's fused kernel, or its dense one for data-parallel (its only one there)
+            compute_kernels=[
+                EmbeddingComputeKernel.FUSED.value,
+                EmbeddingComputeKernel.DENSE.value,
+            ],
             pooling_factors=[t.pooling_factor],
             min_partition=min_partition,
         )
@@ -155,7 +160,9 @@ def torchrec_links(topology: str | None, d: int) -> dict:
     }
 
 
-def sharding_options(table: Table, num_devices: int, split: str) -> tuple[list[str], int | None]:
+def sharding_options(
+    table: Table, num_devices: int, split: str, host_size: int = 0
+) -> tuple[list[str], int | None]:
     """The sharding types TorchRec may use for `table`, and its column-wise shard width.
 
     TorchRec cuts a column-wise table into blocks of the smallest multiple-of-4 divisor of dim
@@ -163,7 +170,9 @@ def sharding_options(table: Table, num_devices: int, split: str) -> tuple[list[s
     it to dim / k, k the most column shards our shard model allows on D devices (a power of
     two, widths multiples of 4), which gives k equal shards. Its row-wise sharding spans all D
     ranks in blocks of ceil(rows / D) rows (`torchrec_row_bounds`), which are our row ranges
-    only when D divides rows; other tables are not offered row-wise.
+    only when D divides rows; other tables are not offered row-wise. Its table-row-wise sharding
+    (offered on hosts of `host_size` < D devices) cuts blocks of ceil(rows / L) rows alike.
+    Data-parallel is offered on more than one device.
     """
     types = ["table_wise"]
     if split == "none":
@@ -175,6 +184,11 @@ def sharding_options(table: Table, num_devices: int, split: str) -> tuple[list[s
         table.rows, num_devices
     ):
         types.append("row_wise")
+    if 1 < host_size < num_devices and host_size <= table.rows:
+        if torchrec_row_bounds(table.rows, host_size) == row_bounds(table.rows, host_size):
+            types.append("table_row_wise")
+    if num_devices > 1:
+        types.append("data_parallel")
     return types, table.dim // parts if parts > 1 else None
 
 
