@@ -178,7 +178,7 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
     dataset = tmp_path / "costs.sqlite"
     program = (
         "from flows.collect_costs import collect_costs; "
-        f"collect_costs('cpu-12x2', 'fbgemm', 10, out={str(tmp_path)!r})"
+        f"collect_costs('cpu-12x2', 'fbgemm', 6, out={str(tmp_path)!r})"
     )
     env = {**os.environ, "DREAMSHARD_HOME": str(tmp_path / "home")}
     # its own session, so that killing it also kills its ephemeral Prefect server
@@ -193,7 +193,7 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and child.poll() is None:
-            if stored_so_far(dataset) >= 3:
+            if stored_so_far(dataset) >= 2:
                 break
             time.sleep(0.2)
         assert child.poll() is None, "the collection finished before it could be killed"
@@ -201,8 +201,8 @@ def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     stored = len(dataset_keys(dataset))
-    assert 3 <= stored < 10
-    result = collect_costs("cpu-12x2", "fbgemm", 10, out=str(tmp_path))
+    assert 2 <= stored < 6
+    result = collect_costs("cpu-12x2", "fbgemm", 6, out=str(tmp_path))
     keys = dataset_keys(dataset)
     assert len(keys) == len(set(keys)) == stored + result["measured"]
     assert result["stored"] >= stored and result["failed"] == 0

@@ -251,9 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument(
         "--profile",
-        choices=["dlrm", "cpu"],
+        choices=["dlrm", "cpu", "wide"],
         default="dlrm",
-        help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU (default dlrm)",
+        help="dlrm: full-size tables as on GPUs; cpu: scaled to time on a CPU; wide: a family "
+        "of wider ranges (rows 1e3-5e7, dims 8-256, pooling 1-200), not fitted to the data set "
+        "(default dlrm)",
     )
     gen.add_argument(
         "--num-tables", type=positive(int), default=50, help="how many tables (default 50)"

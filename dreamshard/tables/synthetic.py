@@ -7,6 +7,10 @@ bijection so hot rows do not sit next to each other. A table's histogram is the 
 histogram of its generator at the profile's batch size (computed exactly from Poisson counts),
 so tables are cheap to make even at full data-set scale; the trace realises it.
 Calibration against the public data set: docs/tables.md and tests/test_synthetic.py.
+
+The `wide` profile is a family of its own, not fitted to the data set: rows, dims and pooling
+factors drawn log-uniformly over wider ranges (rows 1e3-5e7, dims 8-256, pooling 1-200) and
+skew over the data set's range, for the scale study's third table set (issue 27).
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ class Profile:
     batch_size: int
     row_scale: int
     max_rows: int
+    family: str = "dataset"  # "dataset": fitted to the data set; "wide": the wide family
 
 
 PROFILES = {
     "dlrm": Profile("dlrm", batch_size=65_536, row_scale=1, max_rows=40_000_000),
     "cpu": Profile("cpu", batch_size=2_048, row_scale=32, max_rows=1_250_000),
+    "wide": Profile("wide", batch_size=65_536, row_scale=1, max_rows=50_000_000, family="wide"),
 }
+WIDE_DIMS = (8, 16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,11 @@ def draw_table(profile: Profile, seed: int, index: int) -> TableDraw:
     mean pooling factor, unique-row and access histograms (docs/tables.md).
     """
     rng = np.random.default_rng([seed, index])
+    if profile.family == "wide":
+        rows = int(np.exp(rng.uniform(np.log(1e3), np.log(5e7))))
+        pooling = float(np.exp(rng.uniform(0.0, np.log(200.0))))
+        dim, alpha = int(rng.choice(WIDE_DIMS)), float(rng.uniform(0.5, 1.15))
+        return TableDraw(rows=rows, dim=dim, pooling_factor=pooling, alpha=alpha, one_hot=False)
     rows = int(np.clip(rng.lognormal(np.log(200_000), 1.8), 100, 40_000_000))
     dim = int(rng.choice(DIMS, p=DIM_WEIGHTS))
     one_hot = bool(rng.random() < 0.15)

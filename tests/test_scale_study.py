@@ -1,0 +1,50 @@
+"""The scale study's tasks, its time limit and its two judges (benchmarks/scale_study.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.scale_study import (
+    TOPOLOGY,
+    judge_plan,
+    memory_split_place,
+    study_task,
+    within,
+)
+from dreamshard.placement.splitting import memory_splits
+
+
+def test_loose_memory_holds_whole_tables_and_binding_memory_forces_splits():
+    loose = study_task("wide-856", 0, 64, "loose")
+    binding = study_task("wide-856", 0, 64, "binding")
+    assert len(loose.tables) == len(binding.tables) == 856
+    assert loose.tables == binding.tables and binding.memory_cap_bytes < loose.memory_cap_bytes
+    assert memory_splits(loose) == ()
+    assert memory_splits(binding)  # a table larger than a device at 1.2x the even share
+    assert len(study_task("dlrm-428", 1, 16, "loose").tables) == 428
+    assert {t.name for t in study_task("dlrm-856", 1, 16, "loose").tables} >= {
+        t.name for t in study_task("dlrm-428", 1, 16, "loose").tables
+    }
+
+
+def test_a_planner_past_its_time_is_declined_not_waited_for():
+    start = time.perf_counter()
+    with pytest.raises(DreamshardError, match="no plan in 0.2 s"), within(0.2):
+        time.sleep(5)
+    assert time.perf_counter() - start < 2
+
+
+def test_a_plan_is_judged_by_both_judges():
+    pytest.importorskip("torchrec")
+    task = study_task("dlrm-428", 0, 16, "binding")
+    backend = SimulatedBackend(topology=TOPOLOGY)
+    record = judge_plan(task, lambda t: memory_split_place(t, "size_lookup"), backend)
+    assert not record.declined and record.seconds > 0
+    assert sum(record.split.values()) == len(memory_splits(task)) > 0
+    assert record.simulated > 0 and record.torchrec > 0
+    slow = judge_plan(task, lambda t: time.sleep(5), backend, seconds=0.2)
+    assert slow.declined == "no plan in 0.2 s"
