@@ -42,7 +42,10 @@ def test_a_plan_is_judged_by_both_judges():
     pytest.importorskip("torchrec")
     task = study_task("dlrm-428", 0, 16, "binding")
     backend = SimulatedBackend(topology=TOPOLOGY)
-    record = judge_plan(task, lambda t: memory_split_place(t, "size_lookup"), backend)
+    from dreamshard.integrations.torchrec_judge import torchrec_judge
+
+    planner = lambda t: memory_split_place(t, "size_lookup")  # noqa: E731
+    record = judge_plan(task, planner, backend, None, torchrec_judge)
     assert not record.declined and record.seconds > 0
     assert sum(record.split.values()) == len(memory_splits(task)) > 0
     assert record.simulated > 0 and record.torchrec > 0

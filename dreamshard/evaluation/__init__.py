@@ -10,6 +10,7 @@ For the benchmarks' reports: `ratio_tables` (a ratio's cells: mean with its rang
 trained for a run, in words), `best_known` (a task's best known placement by measured search),
 `stored` (a run's measurements and plans, kept so a resumed run reads them back), `balance`
 (a measured plan's mean device load and the bounds beside it), `medians` (labels as medians of
-an evaluation's rounds), `costnet_study` (held-out data for judging a cost network).
+an evaluation's rounds), `costnet_study` (held-out data for judging a cost network),
+`scale_study` (the scale study's tasks, time limit and plans judged twice).
 May import: tracking and every stage below.
 """
