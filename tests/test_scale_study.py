@@ -25,6 +25,11 @@ def test_loose_memory_holds_whole_tables_and_binding_memory_forces_splits():
     assert loose.tables == binding.tables and binding.memory_cap_bytes < loose.memory_cap_bytes
     assert memory_splits(loose) == ()
     assert memory_splits(binding)  # a table larger than a device at 1.2x the even share
+    rows = [t.rows for t in loose.tables]
+    pooling = [t.pooling_factor for t in loose.tables]
+    assert 1e3 <= min(rows) < 1e4 and 1e7 < max(rows) <= 5e7  # the wide family's ranges
+    assert 1 <= min(pooling) < 2 and 100 < max(pooling) <= 200
+    assert {t.dim for t in loose.tables} == {8, 16, 32, 64, 128, 256}
     assert len(study_task("dlrm-428", 1, 16, "loose").tables) == 428
     assert {t.name for t in study_task("dlrm-856", 1, 16, "loose").tables} >= {
         t.name for t in study_task("dlrm-428", 1, 16, "loose").tables
