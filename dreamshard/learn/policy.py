@@ -422,7 +422,9 @@ def step_statistics(
     return log_p[np.arange(len(action)), action], entropy
 
 
-# How often (in tables placed) a rollout with a deadline checks its pace.
+# How often (in tables placed) a rollout with a deadline checks its pace (after its first table,
+# and then every PACE_CHECK); whether the deadline has passed it checks at every table, since a
+# step can take most of a second where memory binds (the completion guard's packing checks).
 PACE_CHECK = 32
 
 
@@ -440,9 +442,10 @@ def fast_rollout(
     them but without gradients: per step only the devices just chosen are re-scored. The sums
     add the same float32 numbers in the same order as the reference.
 
-    With a `deadline`, every `PACE_CHECK` tables the rollout projects when it would end: past
-    the deadline, it drops the sampled episodes (the greedy ones are the same without them);
-    once the deadline has passed, it gives up and returns None."""
+    With a `deadline`, after its first table and every `PACE_CHECK` tables the rollout projects
+    when it would end: past the deadline, it drops the sampled episodes (the greedy ones are the
+    same without them); once the deadline has passed (checked at every table), it gives up and
+    returns None."""
     features, cost_encoded, order, guard = table_order(task, costnet)
     policy_encoded = policy.table_encoder(features).numpy()
     encoded = np.concatenate([policy_encoded, cost_encoded.numpy()], axis=1)
@@ -462,9 +465,9 @@ def fast_rollout(
     embed = policy_encoded.shape[1]
     began = time.perf_counter()
     for step, table in enumerate(order):
-        if deadline is not None and step and step % PACE_CHECK == 0:
-            if deadline.passed():
-                return None
+        if deadline is not None and step and deadline.passed():
+            return None
+        if deadline is not None and (step == 1 or (step and step % PACE_CHECK == 0)):
             projected = began + (time.perf_counter() - began) * t / step
             if projected > deadline.at and e > greedy:  # the samples would not finish
                 e, rows = greedy, rows[:greedy]

@@ -8,6 +8,7 @@ and only report infeasibility when the search proves it (or gives up at its node
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -192,16 +193,25 @@ def assign_within_memory(
 
 
 def best_fit_leftover(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray | None:
-    """Free memory per device after best-fit (largest first, tightest device that fits)
-    places every size, or None when it cannot."""
-    free = free.copy()
+    """Free memory per device after best-fit (largest first, tightest device that fits, the
+    first of equally tight ones) places every size, or None when it cannot. The devices stay
+    sorted by free memory, so each size costs a binary search, not a scan of every device: the
+    completion guard calls this thousands of times a step when memory binds."""
+    order = sorted((int(f), d) for d, f in enumerate(free))  # (free, device), tightest first
+    keys = [f for f, _ in order]
     for size in sizes_desc:
-        fits = np.flatnonzero(free >= size)
-        if fits.size == 0:
+        i = bisect_left(keys, size)
+        if i == len(keys):
             return None
-        d = fits[np.argmin(free[fits])]
-        free[d] -= size
-    return free
+        left, d = order.pop(i)
+        keys.pop(i)
+        j = bisect_left(order, (left - size, d))
+        order.insert(j, (left - size, d))
+        keys.insert(j, left - size)
+    out = np.empty_like(free)
+    for left, d in order:
+        out[d] = left
+    return out
 
 
 class CompletionGuard:

@@ -25,7 +25,6 @@ from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import CostNet, compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.policy import (
-    PACE_CHECK,
     Lookahead,
     fast_rollout,
     single_table_costs,
@@ -272,7 +271,7 @@ def costnet_greedy(
     devices = np.full(len(order), -1, dtype=np.int64)
     for step, table in enumerate(order):
         allowed = guard.mask(step, used)[0]
-        if not allowed.any() or (deadline and step % PACE_CHECK == 0 and deadline.passed()):
+        if not allowed.any() or (deadline and deadline.passed()):
             return None
         placed = ahead.with_table(sums, encoded[table].numpy())  # the table on each device
         regret = ahead.regret(table, placed)[0]
