@@ -148,7 +148,8 @@ def cmd_place(args: argparse.Namespace) -> None:
         print(refinement.summary())
     elif placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
-        print(f"chosen by the cost network: {placement.candidate}{named}")
+        judge = "the cost network" if entry.needs_model else "the analytic model"
+        print(f"chosen by {judge}: {placement.candidate}{named}")
     for split in placement.splits:
         print(f"split: {describe_split(split)}")
     if note:
