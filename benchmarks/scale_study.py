@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dreamshard.cli.args import number_list
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.models import given_or_trained
@@ -181,13 +182,6 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def seeds_of(text: str) -> list[int]:
-    if "-" in text:
-        first, last = text.split("-")
-        return list(range(int(first), int(last) + 1))
-    return [int(x) for x in text.split(",") if x]
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -203,7 +197,7 @@ def main(argv=None) -> None:
         for s in args.sets.split(",")
         for d in args.devices.split(",")
         for m in args.memory.split(",")
-        for seed in seeds_of(args.seeds)
+        for seed in number_list(args.seeds, "--seeds")
     ]
     rows, began = [], time.monotonic()
     for k, (table_set, seed, devices, memory) in enumerate(grid):

@@ -58,18 +58,20 @@ def table_source_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _table_ids(text: str | None) -> list[int] | None:
-    """'0-9,20,30-31' -> [0..9, 20, 30, 31]."""
-    if not text:
-        return None
+def number_list(text: str, flag: str) -> list[int]:
+    """'0-9,20,30-31' -> [0..9, 20, 30, 31]; DreamshardError naming `flag` otherwise."""
     ids: list[int] = []
     try:
         for part in text.split(","):
             lo, _, hi = part.partition("-")
             ids.extend(range(int(lo), int(hi or lo) + 1))
     except ValueError:
-        raise DreamshardError(f"--table-ids {text!r}: use numbers and ranges like 0-9,20") from None
+        raise DreamshardError(f"{flag} {text!r}: use numbers and ranges like 0-9,20") from None
     return ids
+
+
+def _table_ids(text: str | None) -> list[int] | None:
+    return number_list(text, "--table-ids") if text else None
 
 
 def load_table_source(args: argparse.Namespace) -> list[Table]:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dreamshard.errors import DreamshardError
+from dreamshard.tables.shards import pooled_width, reduce_width
 from dreamshard.tables.table import Table
 
 POOLED_BYTES = 4
@@ -246,6 +247,28 @@ def transfer_many(widths: np.ndarray, batch_size: int, topology: Topology) -> np
     total = widths.sum(axis=-1, keepdims=True)
     hosts = host_widths(widths, topology)
     return device_transfer_ms(widths, total, widths.shape[-1], batch_size, topology, hosts)
+
+
+def exchange_many(
+    tables: Sequence[Table], devices: np.ndarray, batch_size: int, topology: Topology, d: int
+) -> np.ndarray:
+    """[N, D] each device's modeled exchange in ms for placements `devices` [N, T] of `tables`
+    on `d` devices, counted once per direction: the all-to-all of the pooled widths
+    (`tables.shards.pooled_width`), the host's reduce-scatter of table-row-wise partial sums
+    (`reduce_width`), and half the data-parallel all-reduce, which only the backward pays in
+    full (an overall that counts the exchange twice is then exact)."""
+    n = len(devices)
+    slot = (np.asarray(devices, dtype=np.int64) + d * np.arange(n)[:, None]).ravel()
+
+    def per_device(values: list[float]) -> np.ndarray:
+        return np.bincount(slot, np.tile(values, n), n * d).reshape(n, d)
+
+    widths = per_device([pooled_width(t) for t in tables])
+    transfer = transfer_many(widths, batch_size, topology) + allreduce_ms(tables, d, topology) / 2
+    reduced = [reduce_width(t) for t in tables]
+    if any(reduced):  # table-row-wise partial sums, reduced inside each host
+        transfer = transfer + host_reduce_ms(per_device(reduced), batch_size, topology)
+    return transfer
 
 
 def device_transfer_ms(

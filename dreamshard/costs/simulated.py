@@ -25,13 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.comm import (
-    allreduce_ms,
-    get_topology,
-    host_reduce_ms,
-    modeled_comm,
-    transfer_many,
-)
+from dreamshard.costs.comm import allreduce_ms, exchange_many, get_topology, modeled_comm
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -198,18 +192,9 @@ class SimulatedBackend:
             [np.bincount(slot, np.tile(per_table[:, k], n), n * d) for k in range(6)], axis=1
         )  # [N * D, 6]
         features = features_of_sums(sums)
-        pooled = np.array([pooled_width(t) for t in tables], dtype=np.float64)
-        widths = np.bincount(slot, np.tile(pooled, n), n * d).reshape(n, d)
         fwd, bwd = self.model.predict(features)
         fwd, bwd = fwd.reshape(n, d), bwd.reshape(n, d)
-        topology = get_topology(self.topology)
-        transfer = transfer_many(widths, batch, topology)  # [N, D]
-        reduced = np.array([reduce_width(t) for t in tables], dtype=np.float64)
-        if reduced.any():  # table-row-wise partial sums, reduced inside each host
-            reduced = np.bincount(slot, np.tile(reduced, n), n * d).reshape(n, d)
-            transfer = transfer + host_reduce_ms(reduced, batch, topology)
-        if d > 1:  # the data-parallel tables' all-reduce: the same on every device
-            transfer = transfer + allreduce_ms(tables, d, topology) / 2
+        transfer = exchange_many(tables, devices, batch, get_topology(self.topology), d)
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
         return (fwd + wait + 2 * transfer + bwd).max(axis=1)
 

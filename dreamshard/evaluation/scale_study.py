@@ -22,7 +22,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -42,8 +42,7 @@ def study_tables(table_set: str, seed: int) -> list:
     """The tables of `table_set` for seed `seed` (the dlrm sets: pool seed)."""
     if table_set == "wide-856":
         return generate_tables("wide", 856, seed)
-    spec = parse_suite_name("dlrm-50x4")  # only its pool matters
-    spec = type(spec)(**{**spec.__dict__, "pool_seed": seed})
+    spec = replace(parse_suite_name("dlrm-50x4"), pool_seed=seed)  # only its pool matters
     train, test = split_pool(spec)
     if table_set == "dlrm-428":
         return test

@@ -31,7 +31,7 @@ from dreamshard.integrations.torchrec_planner import (
     require_torchrec,
     torchrec_request,
 )
-from dreamshard.placement.tasks import Placement, PlacementTask, check_legal, placement_task
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.tables.shards import Split
 
 
@@ -76,8 +76,10 @@ def torchrec_sharding_options(
     require_torchrec()
     task.validate()
     check_legal(task, placement)
-    check_row_layouts(task, placement)
-    tables = torchrec_plan_dict(task, placement, module_path="")["plan"][""]
+    try:  # refuses row splits in a layout TorchRec's row-wise sharding has not
+        tables = torchrec_plan_dict(task, placement, module_path="")["plan"][""]
+    except DreamshardError as exc:
+        raise DreamshardError(f"TorchRec's estimator cannot rate this plan: {exc}") from None
     enumerated = enumerated_options(task, placement.splits, topology, batch_size)
     shapes = {t.name: [t.rows, t.dim] for t in task.tables}
     plan = []
@@ -92,24 +94,6 @@ def torchrec_sharding_options(
             shard.rank = rank
         plan.append(option)
     return plan
-
-
-def check_row_layouts(task: PlacementTask, placement: Placement) -> None:
-    """DreamshardError unless each row split is TorchRec's row-wise layout: one shard per rank,
-    shard r on rank r (our row ranges are then its blocks)."""
-    shards = zip(placement_task(task, placement).tables, placement.devices)
-    devices: dict[str, list[int]] = {}
-    for shard, d in shards:
-        if shard.shard is not None and shard.shard.kind == "row":
-            devices.setdefault(shard.shard.of, []).append(int(d))
-    for name, on in devices.items():
-        if on != list(range(task.num_devices)):
-            raise DreamshardError(
-                f"table {name}: its {len(on)} row shards on devices {on} are not a layout "
-                f"TorchRec's row-wise sharding has (one shard on each of the {task.num_devices} "
-                "ranks, shard r on rank r), so TorchRec's estimator cannot rate this plan; split "
-                "the table over every device in order, column-wise, or not at all"
-            )
 
 
 def enumerated_options(

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dreamshard.costs.comm import allreduce_ms, get_topology, host_reduce_ms, transfer_many
+from dreamshard.costs.comm import exchange_many, get_topology
 from dreamshard.costs.simulated import (
     GROUP_FEATURES,
     SimulatedModel,
@@ -41,7 +41,6 @@ from dreamshard.costs.simulated import (
 from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix, raw_features
-from dreamshard.tables.shards import pooled_width, reduce_width
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 DEVICE_TERMS = ("fwd_comp", "bwd_comm", "bwd_comp")  # fwd_comm depends on the other devices
@@ -380,34 +379,11 @@ class CostNet(nn.Module):
         if self.comm is None:
             return None
         devices = np.asarray(devices, dtype=np.int64)
-        dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)
-        flat = devices.reshape(-1, devices.shape[-1])
-        d = task.num_devices
-        slot = (flat + d * np.arange(len(flat))[:, None]).ravel()
-        widths = np.bincount(slot, np.tile(dims, len(flat)), len(flat) * d).reshape(len(flat), d)
-        reduced = np.array([reduce_width(t) for t in task.tables], dtype=np.float64)
-        if reduced.any():  # table-row-wise partial sums, reduced inside each host
-            reduced = np.bincount(slot, np.tile(reduced, len(flat)), len(flat) * d)
-            reduced = reduced.reshape(len(flat), d)
-        else:
-            reduced = None
-        return self.transfer_ms(task, widths, reduced).reshape(*devices.shape[:-1], d)
-
-    def transfer_ms(
-        self, task: PlacementTask, widths: np.ndarray, reduced: np.ndarray | None = None
-    ) -> np.ndarray | None:
-        """[..., D] the modeled exchange ms for device widths [..., D] (None: not modeled):
-        the all-to-all, half the data-parallel all-reduce (`comm_ms`) and, with `reduced`
-        [..., D], the host's reduce-scatter of table-row-wise partial sums."""
-        if self.comm is None:
-            return None
-        batch = table_batch_size(task.tables, self.comm["batch"])
+        d, batch = task.num_devices, table_batch_size(task.tables, self.comm["batch"])
         topology = get_topology(self.comm["topology"])
-        allreduce = allreduce_ms(task.tables, task.num_devices, topology)
-        transfer = transfer_many(widths, batch, topology) + allreduce / 2
-        if reduced is not None:
-            transfer = transfer + host_reduce_ms(reduced, batch, topology)
-        return transfer
+        flat = devices.reshape(-1, devices.shape[-1])
+        transfer = exchange_many(task.tables, flat, batch, topology, d)
+        return transfer.reshape(*devices.shape[:-1], d)
 
     @torch.no_grad()
     def predict_ms(self, task: PlacementTask, placement: Placement) -> tuple[np.ndarray, float]:

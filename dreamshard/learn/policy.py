@@ -174,7 +174,7 @@ class Lookahead:
 
     def regret(self, table: int, placed: np.ndarray) -> np.ndarray:
         """[E, D] from the devices' scaled costs [E, D, 3] with the table added to each."""
-        fwd = np.where(self.busy, self.costs[..., 0], -np.inf)
+        fwd, others = np.where(self.busy, self.costs[..., 0], -np.inf), None
         if self.comm is None:
             rest = np.where(self.busy, 2 * self.costs[..., 1] + self.costs[..., 2], -np.inf)
             new_rest = 2 * placed[..., 1] + placed[..., 2]
@@ -192,11 +192,10 @@ class Lookahead:
                 others = np.maximum(
                     host_peers_max(peers, self.topology), other_hosts_max(rest, self.topology)
                 )
-                overall = np.maximum(others_max(fwd), placed[..., 0])
-                overall += np.maximum(others, new_rest)
-                return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
+        if others is None:  # on one host the other devices keep their exchange
+            others = others_max(rest)
         overall = np.maximum(others_max(fwd), placed[..., 0])
-        overall += np.maximum(others_max(rest), new_rest)
+        overall += np.maximum(others, new_rest)
         return (overall - overall.min(axis=1, keepdims=True)).astype(np.float32)
 
 

@@ -59,6 +59,10 @@ class DeviceModel:
     dims: np.ndarray  # [T] each table's width
     hosts: np.ndarray | None = None
 
+    def host_of(self, d: int) -> np.ndarray:
+        """[d] each device's host (all on host 0 when the topology is one host)."""
+        return self.hosts if self.hosts is not None else np.zeros(d, dtype=np.int64)
+
     def device_terms(
         self, sums: np.ndarray, busy: np.ndarray, widths: np.ndarray, host: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,7 +104,7 @@ class _State:
         count = np.bincount(devices, minlength=d)
         widths = np.bincount(devices, model.dims, d).astype(np.float64)
         used = device_memory(task, Placement(tuple(int(v) for v in devices)))
-        hosts = model.hosts if model.hosts is not None else np.zeros(d, dtype=np.int64)
+        hosts = model.host_of(d)
         host = np.bincount(hosts, widths).astype(np.float64)
         fwd, rest, base = model.device_terms(sums, count > 0, widths, host[hosts])
         used = used.astype(np.int64)
@@ -252,7 +256,7 @@ def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray
         state.used[source] -= sizes[table]
         state.used[target] += sizes[table]
         state.devices[table] = target
-    hosts = model.hosts if model.hosts is not None else np.zeros(len(state.fwd), np.int64)
+    hosts = model.host_of(len(state.fwd))
     state.host = np.bincount(hosts, state.widths, len(state.host)).astype(np.float64)
     fwd, rest, base = model.device_terms(
         state.sums[changed],
