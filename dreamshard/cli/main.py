@@ -413,7 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     methods.set_defaults(func=cmd_methods)
 
     demo = sub.add_parser(
-        "demo", help="the main job: place a suite's test tasks with every planner, measure, compare"
+        "demo",
+        help="a quick comparison: place a suite's test tasks with every planner, measure, "
+        "compare (the main job is `make pipeline`)",
     )
     demo.add_argument("--suite", default="cpu-50x4", help="suite name (default cpu-50x4)")
     demo.add_argument("--tasks", type=positive(int), default=5, help="test tasks (default 5)")
