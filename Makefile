@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: pipeline demo test lint torchrec mlflow-ui dashboard browser
+.PHONY: pipeline demo test lint torchrec mlflow-ui dashboard browser shipped-model
 
 $(BIN)/dreamshard: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ pipeline: $(BIN)/dreamshard
 
 demo: $(BIN)/dreamshard
 	$(BIN)/dreamshard demo
+
+# The pre-trained cost network the package ships (learn/shipped.py), remade from its seed.
+shipped-model: $(BIN)/dreamshard
+	$(BIN)/dreamshard pretrain --out dreamshard/learn/shipped/model.pt --seed 0
 
 # MLflow's UI over the project's local store (runs, metrics, artifacts, registered models).
 mlflow-ui: $(BIN)/dreamshard

@@ -75,7 +75,6 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.milp import MilpResult, solve_milp
 from dreamshard.state import state_dir
-from dreamshard.tables.features import feature_matrix
 
 RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
@@ -166,8 +165,9 @@ def single_table_costs(model: DreamShardModel, task: PlacementTask) -> np.ndarra
     order the policy places tables in; floored at a thousandth of the largest (a head may go
     below zero for a tiny table).
     """
-    features = torch.from_numpy(feature_matrix(task.tables))
-    costs = alone_costs(model.costnet, features)[1].astype(np.float64) * float(model.costnet.scale)
+    costs = alone_costs(model.costnet, task.tables)[1].astype(np.float64) * float(
+        model.costnet.scale
+    )
     return np.maximum(costs, 1e-3 * costs.max())
 
 

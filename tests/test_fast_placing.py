@@ -24,7 +24,6 @@ from dreamshard.planners.dreamshard_planner import (
     dreamshard_place,
     predicted_overall,
 )
-from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.table import Table
 from tests.conftest import give_residual_weights
 
@@ -238,7 +237,7 @@ def test_the_lookahead_regret_is_the_networks_overall_with_the_table_on_each_dev
     _, costnet = networks(5, False, comm=comm)
     ahead = Lookahead(task, costnet, 1)
     with torch.no_grad():
-        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables))).numpy()
+        encoded = costnet.encode_tables(task.tables).numpy()
     sums = np.zeros((1, 8, encoded.shape[1]), dtype=np.float32)
     for table in range(8):  # table i on device i
         placed = ahead.with_table(sums, encoded[table])

@@ -403,11 +403,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_place)
 
     from dreamshard.cli.costs import add_cost_commands
-    from dreamshard.cli.train import add_train_command, add_train_rnn_command
+    from dreamshard.cli.train import (
+        add_pretrain_command,
+        add_train_command,
+        add_train_rnn_command,
+    )
 
     add_cost_commands(sub)
     add_train_command(sub)
     add_train_rnn_command(sub)
+    add_pretrain_command(sub)
 
     methods = sub.add_parser("methods", help="list the placement methods --method accepts")
     methods.set_defaults(func=cmd_methods)

@@ -10,7 +10,13 @@ from dreamshard.cli.args import positive, share, topology_name
 from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.rnn_config import RnnTrainConfig
-from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, LABELS, TrainConfig
+from dreamshard.learn.train_config import (
+    COSTNET_ENCODERS,
+    COSTNET_LOSSES,
+    LABELS,
+    PretrainConfig,
+    TrainConfig,
+)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -130,6 +136,12 @@ TRAIN_OPTIONS: dict[str, dict] = {
         f"backend, the device's own on fbgemm); {TOPOLOGY_HELP}",
     },
     "measure_iterations": {"type": positive(int), "help": "fbgemm timed iterations per device"},
+    "init_model": {
+        "metavar": "MODEL",
+        "help": "the model the run starts from: shipped (the cost network pre-trained on a broad "
+        "family of tables that the package ships; `dreamshard pretrain` made it), none (from "
+        "scratch) or a model file",
+    },
 }
 
 
@@ -180,6 +192,52 @@ def add_train_command(sub) -> None:
         "and scored (default 0.2)",
     )
     tr.set_defaults(func=cmd_train)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> None:
+    from dreamshard.learn.shipped import pretrain_model, save_shipped
+    from dreamshard.planners.dreamshard_planner import one_thread
+
+    config = PretrainConfig(**{f.name: getattr(args, f.name) for f in fields(PretrainConfig)})
+    with one_thread():
+        model = pretrain_model(config)
+    path = save_shipped(model, config.out)
+    print(f"wrote {path} and its manifest {path.with_name('manifest.json')}")
+
+
+def add_pretrain_command(sub) -> None:
+    defaults = PretrainConfig()
+    pre = sub.add_parser(
+        "pretrain",
+        help="pre-train a cost network on a broad family of tables labelled by randomised "
+        "analytic models (the package ships one: --model shipped); writes a model file and "
+        "its manifest",
+    )
+    texts = {
+        "out": "model file to write; its manifest goes beside it",
+        "seed": "seed of the tasks, their analytic models and the fit",
+        "tasks": "tasks of the family, each with its own drawn analytic model",
+        "placements": "labelled placements of each task",
+        "steps": "Adam steps",
+        "batch": "placements a step",
+        "learning_rate": "Adam's learning rate, decaying linearly",
+        "loss": "the cost network's loss",
+        "heldout": "further tasks of the family its errors are reported on",
+        "pool": "tables of the family per batch size that tasks draw their tables from",
+    }
+    for f in fields(PretrainConfig):
+        value = getattr(defaults, f.name)
+        kind = str if isinstance(value, str) else type(value)
+        kind = kind if kind is str or f.name == "seed" else positive(kind)
+        pre.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            type=kind,
+            default=value,
+            choices=COSTNET_LOSSES if f.name == "loss" else None,
+            help=f"{texts[f.name]} (default {value})",
+        )
+    pre.set_defaults(func=cmd_pretrain)
 
 
 def cmd_train_rnn(args: argparse.Namespace) -> None:

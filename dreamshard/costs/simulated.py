@@ -84,12 +84,13 @@ def quantities_of(
     ).reshape(-1, 6)
 
 
-def features_of_sums(sums: np.ndarray) -> np.ndarray:
+def features_of_sums(sums: np.ndarray, cache_bytes: float = CACHE_BYTES) -> np.ndarray:
     """[N, GROUP_FEATURES] from groups' sums [N, 6] of `table_quantities` (what
-    `group_features` computes table by table; the cache overflow is the one non-additive)."""
+    `group_features` computes table by table; the cache overflow, past a last-level cache of
+    `cache_bytes`, is the one non-additive)."""
     count, lookups, volume, touched, width, dims = sums.T
     working_set = 4 * (touched + width)
-    miss = np.maximum(0.0, 1.0 - CACHE_BYTES / np.maximum(working_set, 1e-30))
+    miss = np.maximum(0.0, 1.0 - cache_bytes / np.maximum(working_set, 1e-30))
     return np.stack(
         [count > 0, count, lookups, volume, touched, width, lookups * dims, volume * miss],
         axis=1,

@@ -64,25 +64,35 @@ class PlacementBatch:
     device_placement: torch.Tensor  # [devices] placement index
     num_placements: int
     device_comm: torch.Tensor | None = None  # [devices] modeled all-to-all ms, when known
+    table_batch: np.ndarray | None = None  # [tables] each table's batch size (None: the net's)
 
 
 def make_batch(
-    items: list[tuple[np.ndarray, np.ndarray, int]], device_comm: np.ndarray | None = None
+    items: list[tuple[np.ndarray, np.ndarray, int]],
+    device_comm: np.ndarray | None = None,
+    batches: list[int | None] | None = None,
 ) -> PlacementBatch:
     """From (features [T, 21], device per table [T], number of devices) per placement, and
-    optionally every device's modeled all-to-all time in ms (devices in the same order)."""
+    optionally every device's modeled all-to-all time in ms (devices in the same order) and
+    each placement's batch size (None: the network's own)."""
     features, table_device, device_placement, offset = [], [], [], 0
     for p, (feats, devices, num_devices) in enumerate(items):
         features.append(feats)
         table_device.append(np.asarray(devices) + offset)
         device_placement.append(np.full(num_devices, p))
         offset += num_devices
+    table_batch = None
+    if batches is not None and any(b is not None for b in batches):
+        table_batch = np.concatenate(
+            [np.full(len(f), np.nan if b is None else b) for f, b in zip(features, batches)]
+        )
     return PlacementBatch(
         torch.from_numpy(np.concatenate(features)).float(),
         torch.from_numpy(np.concatenate(table_device)).long(),
         torch.from_numpy(np.concatenate(device_placement)).long(),
         len(items),
         None if device_comm is None else torch.as_tensor(device_comm, dtype=torch.float32),
+        table_batch,
     )
 
 
@@ -135,8 +145,9 @@ class HybridEncoder(nn.Module):
         return torch.cat([self.learned(features), quantities.to(features.dtype)], dim=-1)
 
 
-def kernel_quantities(features: torch.Tensor, batch: int) -> np.ndarray:
-    """[T, 6] float64: the tables' `quantities_of` at `batch`, read back from their features."""
+def kernel_quantities(features: torch.Tensor, batch) -> np.ndarray:
+    """[T, 6] float64: the tables' `quantities_of` at `batch` (a number, or [T] per table),
+    read back from their features."""
     return quantities_of(*raw_features(features.detach().numpy()), batch)
 
 
@@ -158,16 +169,44 @@ class QuantityEncoder(nn.Module):
     and output width, and `CostNet.quantity_weight` can weigh them. Nothing of the analytic
     model's weights is in it: what a quantity costs is learned from the data."""
 
-    def __init__(self, hidden: int, embed: int, batch: int):
+    def __init__(self, hidden: int, embed: int, batch: int, log_scale: float = 1.0):
         super().__init__()
         self.learned = nn.Sequential(mlp(NUM_FEATURES + 4, hidden, hidden, embed), Exp())
         self.batch = batch
+        self.log_scale = log_scale  # the logs' weight at the input (wide: ranges x 10)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        shares = kernel_quantities(features, self.batch) / quantity_units(self.batch)
+    def forward(self, features: torch.Tensor, batch=None) -> torch.Tensor:
+        """Encodings of tables' `features` looked up `batch` bags a step (an int, or [T] per
+        table, NaN where the network's own): the quantities are the tables' at that batch, in
+        the units of the network's own batch, so one network serves tasks of any batch size
+        (a pre-trained one has seen many; `learn/pretrain_data.py`)."""
+        batch = self.batch if batch is None else np.asarray(batch, dtype=np.float64)
+        batch = np.where(np.isnan(batch), self.batch, batch)
+        shares = kernel_quantities(features, batch) / quantity_units(self.batch)
         shares = torch.from_numpy(shares).to(features.dtype)
-        logs = torch.log(shares[:, 1:5].clamp(min=1e-6))
+        logs = torch.log(shares[:, 1:5].clamp(min=1e-6)) * self.log_scale
         return torch.cat([self.learned(torch.cat([features, logs], dim=-1)), shares], dim=-1)
+
+
+class PositiveLinear(nn.Module):
+    """A linear map without bias whose weights are positive, learned as their logs: what a
+    unit of a kernel quantity costs, found by steps of a fixed ratio however small or large it
+    is (a wide design's quantities span orders of magnitude). `weight` reads like nn.Linear's."""
+
+    def __init__(self, inputs: int, outputs: int, start: float):
+        super().__init__()
+        self.log_weight = nn.Parameter(torch.full((outputs, inputs), float(np.log(start))))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.exp(self.log_weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.T
+
+
+WIDE_LOG_SCALE = 0.1  # a wide network's log quantities at its input: spans of tens of nats
+WIDE_WEIGHT_START = 1e-4  # a wide network's quantity weights before fitting (scaled ms per unit)
 
 
 class CostNet(nn.Module):
@@ -190,7 +229,10 @@ class CostNet(nn.Module):
       (`QuantityEncoder`: lookups, lookup volume, touched rows, output width at the training
       batch size `batch`); a device's compute adds a learned linear weighing of their sums
       (`quantity_weight`, starting at zero) to the "exp" heads. None of the analytic model's
-      weights are given: what a quantity costs is learned from the labels.
+      weights are given: what a quantity costs is learned from the labels. `wide` (the
+      shipped network's, `learn/shipped.py`): the logs enter scaled down and the quantity
+      weights are positive and learned as logs (`PositiveLinear`), so one network fits
+      tables and batches whose quantities span many orders of magnitude.
     """
 
     def __init__(
@@ -202,6 +244,7 @@ class CostNet(nn.Module):
         encoder: str = "relu",
         analytic: dict | None = None,
         batch: int | None = None,
+        wide: bool = False,
     ):
         super().__init__()
         if encoder not in COSTNET_ENCODERS:
@@ -231,7 +274,10 @@ class CostNet(nn.Module):
         elif encoder == "quantities":
             batch = int(batch or DEFAULT_BATCH)
             self.config["batch"] = batch
-            self.encoder = QuantityEncoder(hidden, embed, batch)
+            if wide:
+                self.config["wide"] = True
+            log_scale = WIDE_LOG_SCALE if wide else 1.0
+            self.encoder = QuantityEncoder(hidden, embed, batch, log_scale)
             with torch.no_grad():
                 self.encoder.learned[0][-1].bias.fill_(-3.0)
         elif encoder == "exp":
@@ -248,7 +294,16 @@ class CostNet(nn.Module):
         self.gain = None
         # the "quantities" design: what a device's kernel quantities cost, per head (from zero)
         self.quantity_weight = None
-        if encoder == "quantities":
+        if encoder == "quantities" and wide:  # the quantities' linear costs first: the
+            # learned residual starts at zero
+            shape = (len(QUANTITY_UNITS), len(DEVICE_TERMS))
+            self.quantity_weight = PositiveLinear(*shape, WIDE_WEIGHT_START)
+            with torch.no_grad():
+                self.skip.weight.zero_()
+                for head in self.device_heads:
+                    head[-1].weight.zero_()
+                    head[-1].bias.zero_()
+        elif encoder == "quantities":
             self.quantity_weight = nn.Linear(len(QUANTITY_UNITS), len(DEVICE_TERMS), bias=False)
             with torch.no_grad():
                 self.quantity_weight.weight.zero_()
@@ -268,10 +323,28 @@ class CostNet(nn.Module):
         features = features_of_sums(sums.reshape(-1, sums.shape[-1]))
         return (features @ self.analytic).reshape(*sums.shape[:-1], -1).astype(np.float32)
 
+    def task_batch(self, tables) -> int:
+        """The batch size of tables' traces; tables known by statistics alone take the
+        network's own (its training suite's), else the modeled exchange's, else the default."""
+        default = self.config.get("batch") or (self.comm or {}).get("batch") or DEFAULT_BATCH
+        return table_batch_size(tables, int(default))
+
+    def encode(self, features: torch.Tensor, batch=None) -> torch.Tensor:
+        """The tables' encodings [T, embed (+ 6)]; `batch` (an int, or [T]) reaches only the
+        "quantities" design, the one whose encodings read the batch size."""
+        if isinstance(self.encoder, QuantityEncoder):
+            return self.encoder(features, batch)
+        return self.encoder(features)
+
+    def encode_tables(self, tables) -> torch.Tensor:
+        """`encode` of tables, at the batch size of their traces (`task_batch`)."""
+        features = torch.from_numpy(feature_matrix(tables))
+        return self.encode(features, self.task_batch(tables))
+
     def device_vectors(self, batch: PlacementBatch) -> torch.Tensor:
         """[devices, embed] (hybrid: embed + 6): the sum of each device's table encodings (zeros
         when empty)."""
-        encoded = self.encoder(batch.features)
+        encoded = self.encode(batch.features, batch.table_batch)
         out = encoded.new_zeros(len(batch.device_placement), encoded.shape[1])
         return out.index_add(0, batch.table_device, encoded)
 
@@ -392,7 +465,9 @@ class CostNet(nn.Module):
         task, placement = shard_view(task, placement)
         comm = self.comm_ms(task, np.array(placement.devices))
         batch = make_batch(
-            [(feature_matrix(task.tables), np.array(placement.devices), task.num_devices)], comm
+            [(feature_matrix(task.tables), np.array(placement.devices), task.num_devices)],
+            comm,
+            [self.task_batch(task.tables)],
         )
         devices, overall = self(batch)
         devices = (devices * self.scale).numpy()

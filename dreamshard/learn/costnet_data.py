@@ -16,6 +16,7 @@ from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.train_config import LABELS
 from dreamshard.placement.suites import held_out
 from dreamshard.tables.features import FEATURE_NAMES, feature_matrix
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Example:
     overall: float  # ms
     task: str = ""
     method: str = ""
+    batch: int | None = None  # bags a step (None: the network's own batch size)
 
     def as_input(self) -> tuple[np.ndarray, np.ndarray, int]:
         return self.features, self.devices, self.num_devices
@@ -65,6 +67,7 @@ def load_examples(
                 float(cost.overall),
                 task.name,
                 placement.method,
+                table_batch_size(task.tables, int(cost.info.get("batch") or DEFAULT_BATCH)),
             )
         )
     return examples

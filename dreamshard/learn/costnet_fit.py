@@ -17,10 +17,11 @@ def example_batch(costnet: CostNet, examples: list[Example]):
     comm = None
     if costnet.comm is not None:
         comm = np.concatenate([e.device_targets[:, 1] for e in examples])
-    return make_batch([e.as_input() for e in examples], comm)
+    return make_batch([e.as_input() for e in examples], comm, [e.batch for e in examples])
 
 
 FLOOR = 0.02  # scaled costs (fractions of the median overall cost) below this count as this
+TINY = 1e-6
 
 
 def costnet_loss(kind: str, predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -42,6 +43,16 @@ def costnet_loss(kind: str, predicted: torch.Tensor, target: torch.Tensor) -> to
     if kind == "log":
         positive = torch.nn.functional.softplus(predicted, beta=20.0)
         return (torch.log(positive + FLOOR) - torch.log(target + FLOOR)).pow(2).mean()
+    if kind == "log-ratio":  # no floor, so costs spanning orders of magnitude all count; below
+        # a tenth of its target a prediction's log continues as a straight line, so one far
+        # below zero still has a gradient (the pre-training's loss, learn/shipped.py)
+        knee = target / 10
+        logs = torch.where(
+            predicted > knee,
+            torch.log(predicted.clamp(min=TINY)),
+            torch.log(knee) + (predicted - knee) / knee,
+        )
+        return (logs - torch.log(target)).pow(2).mean()
     raise ValueError(f"unknown cost-network loss {kind!r}; choose one of {COSTNET_LOSSES}")
 
 
@@ -49,6 +60,14 @@ def _targets(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
     device = torch.from_numpy(np.concatenate([e.device_targets for e in examples]))
     overall = torch.tensor([e.overall for e in examples], dtype=torch.float32)
     return device, overall
+
+
+def fitted_heads(costnet: CostNet) -> list[int]:
+    """The device heads the loss fits: all three, but the bwd_comm head where the exchange is
+    modeled (the overall reads the model's, and its labels depend on links the network is not
+    told of: pre-training draws them)."""
+    skip = DEVICE_TERMS.index("bwd_comm") if costnet.comm is not None else None
+    return [k for k in range(len(DEVICE_TERMS)) if k != skip]
 
 
 def fit_costnet(state, config, examples: list[Example]) -> list[float]:
@@ -63,12 +82,14 @@ def fit_costnet(state, config, examples: list[Example]) -> list[float]:
     if float(costnet.scale) == 1.0:
         costnet.scale.fill_(float(np.median([e.overall for e in examples])))
     total = config.iterations * config.costnet_steps
+    heads = fitted_heads(costnet)
     losses = []
     costnet.train()
     for step in range(config.costnet_steps):
         global_step = state.iteration * config.costnet_steps + step
         for group in state.costnet_optimizer.param_groups:
-            group["lr"] = config.learning_rate * max(0.0, 1.0 - global_step / total)
+            base = group.get("base_lr", config.learning_rate)  # a group's own, if it has one
+            group["lr"] = base * max(0.0, 1.0 - global_step / total)
         picks = state.rng.integers(len(examples), size=min(config.costnet_batch, len(examples)))
         batch_examples = [examples[i] for i in picks]
         batch = example_batch(costnet, batch_examples)
@@ -77,8 +98,7 @@ def fit_costnet(state, config, examples: list[Example]) -> list[float]:
         scale = costnet.scale
         kind = config.costnet_loss
         loss = sum(
-            costnet_loss(kind, device_pred[:, k], device_target[:, k] / scale)
-            for k in range(len(DEVICE_TERMS))
+            costnet_loss(kind, device_pred[:, k], device_target[:, k] / scale) for k in heads
         ) + costnet_loss(kind, overall_pred, overall_target / scale)
         state.costnet_optimizer.zero_grad()
         loss.backward()

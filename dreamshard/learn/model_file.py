@@ -97,16 +97,20 @@ def load_model(path: str | Path) -> DreamShardModel:
     return model_from_state(read_torch_file(path, "model file"), path)
 
 
+SHIPPED = "shipped"  # the name --model and --init-model know the package's own model by
 MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
 # MLflow takes seconds to import and sits above this stage: named, loaded only for a URI
 REGISTERED_MODEL_LOADER = "dreamshard.tracking:load_registered_model"
 
 
 def resolve_model(model: DreamShardModel | str | Path | None) -> DreamShardModel:
-    """A model object as is; a model file; a `train --out` folder; or an MLflow model URI
-    (`models:/name@alias`, `runs:/id/policy`)."""
-    if model is None:
-        raise DreamshardError("method dreamshard needs a trained model: pass --model PATH")
+    """A model object as is; a model file; a `train --out` folder; an MLflow model URI
+    (`models:/name@alias`, `runs:/id/policy`); or, None or "shipped", the pre-trained model
+    the package ships (`learn/shipped.py`)."""
+    if model is None or str(model) == SHIPPED:  # the pre-trained model in the package
+        from dreamshard.learn.shipped import shipped_model  # it imports this module
+
+        return shipped_model()
     if isinstance(model, DreamShardModel):
         return model
     text = str(model)

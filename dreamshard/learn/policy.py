@@ -91,10 +91,10 @@ def reinforce_loss(rollout: Rollout, entropy_weight: float) -> tuple[torch.Tenso
 
 
 @torch.no_grad()
-def single_table_costs(costnet: CostNet, features: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
-    """(cost encodings, predicted cost of each table alone on a device, scaled) of tables'
-    features: the order the policy places tables in, and the cost key splitting balances."""
-    cost_encoded = costnet.encoder(features)
+def single_table_costs(costnet: CostNet, tables) -> tuple[torch.Tensor, np.ndarray]:
+    """(cost encodings, predicted cost of each table alone on a device, scaled) of `tables`:
+    the order the policy places tables in, and the cost key splitting balances."""
+    cost_encoded = costnet.encode_tables(tables)
     return cost_encoded, costnet.device_costs(cost_encoded).sum(-1).numpy()
 
 
@@ -102,7 +102,7 @@ def table_order(task: PlacementTask, costnet: CostNet):
     """(features, cost encodings, the placing order, its CompletionGuard) of a task's tables:
     descending predicted single-table cost, ties by index."""
     features = torch.from_numpy(feature_matrix(task.tables))
-    cost_encoded, single = single_table_costs(costnet, features)
+    cost_encoded, single = single_table_costs(costnet, task.tables)
     order = sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
     return features, cost_encoded, order, CompletionGuard(task, order)
 

@@ -33,9 +33,11 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
 from dreamshard.learn.costnet_data import Example, labelled_cost, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
+from dreamshard.learn.model_file import SHIPPED
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import Suite
 from dreamshard.tables.features import feature_matrix
+from dreamshard.tables.traces import table_batch_size
 
 COMPUTE = [DEVICE_TERMS.index("fwd_comp"), DEVICE_TERMS.index("bwd_comp")]
 COMM = DEVICE_TERMS.index("bwd_comm")
@@ -106,9 +108,15 @@ def prior_examples(
                 float(overall),
                 job.task.name,
                 job.placement.method,
+                simulated_batch(job.task, simulated),
             )
         )
     return examples
+
+
+def simulated_batch(task, simulated: SimulatedBackend) -> int:
+    """The batch size the simulated backend measures a task at."""
+    return table_batch_size(task.tables, simulated.batch_size)
 
 
 def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, log) -> dict:
@@ -154,5 +162,10 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
 
 def wants_prior(config: TrainConfig) -> bool:
     """Whether a run fits the simulated prior first (sets a hybrid network's gains): on real
-    hardware, from scratch (the prior is scaled to the measurements as the labels are)."""
-    return bool(config.pretrain) and config.backend != "simulated" and not config.init_model
+    hardware, from scratch or from the shipped network (the prior is scaled to the
+    measurements as the labels are), not from a model of the user's own."""
+    return (
+        bool(config.pretrain)
+        and config.backend != "simulated"
+        and config.init_model in ("", SHIPPED, "none")
+    )

@@ -27,6 +27,7 @@ from dreamshard.learn.costnet_data import Example, load_examples
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
 from dreamshard.learn.coverage import training_ranges
 from dreamshard.learn.model_file import (
+    SHIPPED,
     DreamShardModel,
     load_model,
     model_from_state,
@@ -37,6 +38,7 @@ from dreamshard.learn.model_file import (
 )
 from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet, wants_prior
+from dreamshard.learn.shipped import shipped_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
@@ -96,8 +98,9 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
     batch = suite_batch(config, comm) if config.costnet_encoder == "quantities" else None
     costnet = CostNet(comm=comm, encoder=config.costnet_encoder, analytic=analytic, batch=batch)
     policy = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
-    if config.init_model:
-        start = load_model(config.init_model)
+    start = start_model(config)
+    if start is not None:  # its networks, this run's exchange
+        costnet = CostNet(**{**start.costnet.config, "comm": comm})
         costnet.load_state_dict(start.costnet.state_dict())
         if start.policy.config == policy.config:
             policy.load_state_dict(start.policy.state_dict())
@@ -110,6 +113,34 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
         torch.Generator().manual_seed(config.seed),
         np.random.default_rng(config.seed),
     )
+
+
+def start_model(config: TrainConfig) -> DreamShardModel | None:
+    """The model a run starts from: `config.init_model`'s file, or the package's pre-trained
+    network (`learn/shipped.py`: "" or "shipped", the default) for a "quantities" run, or None
+    ("none", or another design: from scratch)."""
+    if config.init_model == "none":
+        return None
+    if config.init_model in ("", SHIPPED):
+        return shipped_model() if config.costnet_encoder == "quantities" else None
+    return load_model(config.init_model)
+
+
+def start_ranges(config: TrainConfig) -> dict:
+    """What the model a run started from had seen (`learn.coverage`), or nothing."""
+    start = start_model(config)
+    return {} if start is None else start.metadata.get("ranges") or {}
+
+
+def joined_ranges(ours: dict, theirs: dict) -> dict:
+    """[min, max] of each quantity over two sets of ranges."""
+    return {
+        name: [
+            min(low, theirs.get(name, [low, high])[0]),
+            max(high, theirs.get(name, [low, high])[1]),
+        ]
+        for name, (low, high) in ours.items()
+    }
 
 
 def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
@@ -318,7 +349,8 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             "history": state.history,
             "prior": state.prior,
             "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "ranges": training_ranges(tasks),
+            "ranges": joined_ranges(training_ranges(tasks), start_ranges(config)),
+            "started_from": config.init_model or SHIPPED,
         },
     )
     model.costnet.eval()

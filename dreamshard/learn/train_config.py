@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-COSTNET_LOSSES = ("mse", "relative", "log")  # learn/costnet_fit.py, costnet_loss
+COSTNET_LOSSES = ("mse", "relative", "log", "log-ratio")  # learn/costnet_fit.py, costnet_loss
 # learn/costnet.py, CostNet (kept here free of torch)
 COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
 LABELS = ("raw", "normalised", "per-term")  # learn/costnet_data.py, load_examples
@@ -53,4 +54,24 @@ class TrainConfig:
     topology: str = "auto"
     seed: int = 0
     dataset: str = ""  # cost dataset (default OUT/costs.sqlite)
-    init_model: str = ""  # start from this model file's cost network and policy
+    # the model the run starts from: "shipped" (the package's pre-trained cost network, for the
+    # "quantities" design; "" too), "none" (from scratch) or a model file
+    init_model: str = "shipped"
+
+
+SHIPPED_DIR = Path(__file__).with_name("shipped")
+SHIPPED_MODEL = SHIPPED_DIR / "model.pt"  # the pre-trained model the package ships
+
+
+@dataclass
+class PretrainConfig:
+    out: str = ".dreamshard/pretrain/model.pt"  # `make shipped-model`: SHIPPED_MODEL
+    seed: int = 0
+    tasks: int = 2000  # tasks of the family, each with its own drawn analytic model
+    placements: int = 8  # labelled placements of each
+    steps: int = 4000  # Adam steps
+    batch: int = 32  # placements a step
+    learning_rate: float = 1e-3
+    loss: str = "log-ratio"  # relative errors: the family's costs span orders of magnitude
+    heldout: int = 100  # further tasks (seeds after the training ones) to report errors on
+    pool: int = 2500  # tables of the family per batch size that tasks draw from

@@ -35,7 +35,6 @@ from dreamshard.costs.comm import Topology, allreduce_ms, device_transfer_ms, ge
 from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
-from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.traces import table_batch_size
 
@@ -274,7 +273,7 @@ def _apply(state: _State, model: DeviceModel, row: np.ndarray, sizes: np.ndarray
 def costnet_model(costnet: CostNet, task: PlacementTask) -> DeviceModel:
     """The cost network as a device-additive model (scaled costs; NumPy copies of its heads)."""
     with torch.no_grad():
-        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+        encoded = costnet.encode_tables(task.tables)
     heads = costnet.numpy_heads()
 
     def terms(sums):

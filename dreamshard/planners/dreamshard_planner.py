@@ -42,7 +42,6 @@ from dreamshard.placement.tasks import (
     shard_task,
 )
 from dreamshard.planners.device_search import costnet_model, device_search
-from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.shards import Split
 
 # Costs of placements of one task, in the order given (lower is better).
@@ -64,7 +63,7 @@ def costnet_scorer(model: DreamShardModel, task: PlacementTask) -> Scorer:
     """
     costnet, d = model.costnet, task.num_devices
     with torch.no_grad():
-        encoded = costnet.encoder(torch.from_numpy(feature_matrix(task.tables)))
+        encoded = costnet.encode_tables(task.tables)
 
     @torch.no_grad()
     def score(placements: Sequence[Placement]) -> list[float]:
@@ -238,7 +237,7 @@ def dreamshard_splits(
     network's prediction (the heuristics take milliseconds where the policy would take tenths
     of a second at 856 tables on 128 devices; the policy then places the chosen shards); those
     rated before `deadline`, in `candidate_splits`' order."""
-    _, single = single_table_costs(model.costnet, torch.from_numpy(feature_matrix(task.tables)))
+    _, single = single_table_costs(model.costnet, task.tables)
     alone = dict(zip((t.name for t in task.tables), single.tolist()))
     comm = model.costnet.comm
     host_size = get_topology(comm["topology"]).host_size(task.num_devices) if comm else 0
