@@ -45,7 +45,7 @@ def models(tmp_path_factory):
     dataset = CostDataset(folder / "train.sqlite")
     backend = SimulatedBackend()
     collect(list(collection_jobs(suite, 80)), backend, dataset, SUITE)
-    config = TrainConfig(backend="simulated", iterations=1, costnet_steps=300)
+    config = TrainConfig(backend="simulated", iterations=1, costnet_steps=300, init_model="none")
     torch.manual_seed(0)
     state = fresh_state(config)
     fit_costnet(state, config, load_examples(dataset, backend.config()))

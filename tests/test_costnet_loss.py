@@ -27,13 +27,16 @@ def examples(tmp_path_factory):
 
 
 def fitted(examples, loss: str, seed: int = 0) -> CostNet:
-    config = TrainConfig(backend="simulated", iterations=1, costnet_steps=150, seed=seed)
+    config = TrainConfig(
+        backend="simulated", iterations=1, costnet_steps=150, seed=seed, init_model="none"
+    )
     state = fresh_state(replace(config, costnet_loss=loss))
     fit_costnet(state, replace(config, costnet_loss=loss), examples)
     return state.costnet
 
 
-@pytest.mark.parametrize("loss", COSTNET_LOSSES)
+# log-ratio, the pre-training's loss, is checked where it is used (test_shipped.py)
+@pytest.mark.parametrize("loss", [loss for loss in COSTNET_LOSSES if loss != "log-ratio"])
 def test_every_loss_teaches_the_network(examples, loss, one_torch_thread):
     model = fitted(examples, loss)
     torch.manual_seed(0)

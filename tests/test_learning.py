@@ -41,6 +41,7 @@ def small_config(tmp_path, **changes):
         train_tasks=6,
         costnet_steps=60,
         warm_start=12,
+        init_model="none",  # from scratch: what these tests train is the loop itself
     )
     return TrainConfig(**(values | changes))
 
@@ -114,15 +115,20 @@ def greedy_ratio(config, before: DreamShardModel, after: DreamShardModel) -> flo
     return float(np.exp(np.mean(np.log(ratios))))
 
 
-def test_training_improves_the_greedy_policy_on_held_out_tasks(trained):
-    """The default design after training against the same networks untrained (the run's seed):
-    cheaper by more than 5% on tasks it never saw (0.905 when this test was written). Against
-    its first iteration it gains only about 1% here: after one iteration of this tiny run the
-    quantities design already places well (the `exp` design's test below)."""
+def test_the_greedy_gains_come_from_the_cost_network_not_the_policy(trained):
+    """What training buys the pure greedy policy on 8 held-out tasks, by exact cost, from
+    scratch. Both networks trained against both untrained (the run's seed): more than 5%
+    cheaper (0.905 when first written). The trained policy against the untrained one on the
+    same trained cost network, with the same lookahead: within 1% (0.998 when written; the
+    lookahead weight moved from 300 to 300.02): the policy starts as the cost network's
+    one-step greedy and its training adds nothing measurable, so the wins are the cost
+    network's (issue 28's ablation)."""
     config, model = trained
     start = fresh_state(config)
     untrained = DreamShardModel(start.costnet.eval(), start.policy.eval())
     assert greedy_ratio(config, untrained, model) < 0.95
+    same_network = DreamShardModel(model.costnet, start.policy.eval())
+    assert 0.99 < greedy_ratio(config, same_network, model) < 1.01
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +252,7 @@ def test_bad_model_files_are_refused(trained, tmp_path, cli):
         load_model(other)
     spec = tmp_path / "spec.csv"
     spec.write_text("name,rows,dim,pooling_factor\na,1000,16,2\nb,2000,32,4\n")
-    for args in (["--model", str(corrupt)], [], ["--model", str(tmp_path / "missing.pt")]):
+    for args in (["--model", str(corrupt)], ["--model", str(tmp_path / "missing.pt")]):
         result = cli(*place_command(spec, 2, 1, "--method", "dreamshard", *args))
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
 

@@ -224,6 +224,8 @@ def add_pretrain_command(sub) -> None:
         "loss": "the cost network's loss",
         "heldout": "further tasks of the family its errors are reported on",
         "pool": "tables of the family per batch size that tasks draw their tables from",
+        "members": "networks fitted from seeds SEED..: the model's and its ensemble, whose "
+        "spread the planner's confidence in a predicted gain comes from",
     }
     for f in fields(PretrainConfig):
         value = getattr(defaults, f.name)

@@ -11,6 +11,8 @@ trained for a run, in words), `best_known` (a task's best known placement by mea
 `stored` (a run's measurements and plans, kept so a resumed run reads them back), `balance`
 (a measured plan's mean device load and the bounds beside it), `medians` (labels as medians of
 an evaluation's rounds), `costnet_study` (held-out data for judging a cost network),
-`scale_study` (the scale study's tasks, time limit and plans judged twice).
+`scale_study` (the scale study's tasks, time limit and plans judged twice), `ood_families`
+(table families no model trains on) and `ood_study` (the shipped model on them, zero-shot),
+`ablation` (the default planner's parts run alone on the same tasks).
 May import: tracking and every stage below.
 """

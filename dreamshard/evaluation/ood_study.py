@@ -45,6 +45,7 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
                 errors.append(abs(devices[d, 0] + devices[d, 2] - real) / real)
     costs = {name: cost.overall for name, cost in true.items()}
     best = min(costs[k] for k in HEURISTIC_KEYS)
+    covered = gain_coverage(task, model, placements, costs)
     return {
         "task": task.name,
         "costs": costs,
@@ -53,7 +54,33 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
         "ratio": costs["dreamshard"] / best,
         "device_mape": float(np.mean(errors)),
         "spearman": spearman([predicted[n][1] for n in placements], [costs[n] for n in placements]),
+        "covered": covered,
     }
+
+
+def gain_coverage(task, model, placements: dict, costs: dict) -> list[bool]:
+    """Whether each placement's true gain over the heuristic predicted cheapest lies inside
+    the ensemble's 90% interval of its predicted gain (mean +- z90 spreads); empty for a
+    model without an ensemble or calibration."""
+    z90 = (model.metadata.get("confidence") or {}).get("z90")
+    if not model.ensemble or z90 is None:
+        return []
+    names = list(placements)
+    members = np.array(
+        [
+            [network.predict_ms(task, placements[n])[1] for n in names]
+            for network in [model.costnet, *model.ensemble]
+        ]
+    )
+    ref = min((names.index(k) for k in HEURISTIC_KEYS), key=lambda i: members[:, i].mean())
+    covered = []
+    for i, name in enumerate(names):
+        if i == ref:
+            continue
+        gains = 1 - members[:, i] / members[:, ref]
+        true = 1 - costs[name] / costs[names[ref]]
+        covered.append(bool(abs(true - gains.mean()) <= z90 * gains.std(ddof=1)))
+    return covered
 
 
 def run_study(model, seeds=range(12), log=print) -> dict:
@@ -90,5 +117,11 @@ def summarise(rows: list[dict]) -> dict:
             "above_target": int((ratios > TARGET_WORST).sum()),
             "device_mape": float(np.mean([r["device_mape"] for r in subset])),
             "spearman": float(np.nanmean([r["spearman"] for r in subset])),
+            "coverage": coverage([c for r in subset for c in r.get("covered", [])]),
         }
     return out
+
+
+def coverage(covered: list[bool]) -> list[float] | None:
+    """[share covered, pairs], or None without pairs."""
+    return [float(np.mean(covered)), len(covered)] if covered else None

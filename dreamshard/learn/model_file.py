@@ -16,6 +16,7 @@ from dreamshard.files import atomic_path
 from dreamshard.lazy import load_object
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.policy import PlacementPolicy
+from dreamshard.learn.train_config import SHIPPED_MODEL
 from dreamshard.tables.features import FEATURE_NAMES, FEATURE_TRANSFORM
 
 MODEL_FORMAT = "dreamshard-model"
@@ -26,6 +27,9 @@ class DreamShardModel:
     costnet: CostNet
     policy: PlacementPolicy
     metadata: dict = field(default_factory=dict)
+    # further cost networks fitted like `costnet` from other seeds (the shipped model's): their
+    # spread is the planner's confidence in a predicted gain (planners/dreamshard_planner.py)
+    ensemble: list[CostNet] = field(default_factory=list)
 
 
 def model_state(model: DreamShardModel) -> dict:
@@ -37,6 +41,7 @@ def model_state(model: DreamShardModel) -> dict:
         "costnet": {"config": model.costnet.config, "state": model.costnet.state_dict()},
         "policy": {"config": model.policy.config, "state": model.policy.state_dict()},
         "metadata": model.metadata,
+        "ensemble": [{"config": c.config, "state": c.state_dict()} for c in model.ensemble],
     }
 
 
@@ -86,11 +91,16 @@ def model_from_state(data: dict, path: str | Path = "model") -> DreamShardModel:
         costnet.load_state_dict({k: v for k, v in state.items() if not k.startswith("overall_")})
         policy = PlacementPolicy(**data["policy"]["config"])
         policy.load_state_dict(data["policy"]["state"])
+        ensemble = []
+        for member in data.get("ensemble") or []:
+            ensemble.append(CostNet(**member["config"]))
+            ensemble[-1].load_state_dict(member["state"])
+            ensemble[-1].eval()
     except (KeyError, TypeError, RuntimeError) as exc:
         raise DreamshardError(f"{path}: the saved networks do not load: {exc}") from None
     costnet.eval()
     policy.eval()
-    return DreamShardModel(costnet, policy, data.get("metadata", {}))
+    return DreamShardModel(costnet, policy, data.get("metadata", {}), ensemble)
 
 
 def load_model(path: str | Path) -> DreamShardModel:
@@ -103,13 +113,22 @@ MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
 REGISTERED_MODEL_LOADER = "dreamshard.tracking:load_registered_model"
 
 
+def shipped_model() -> DreamShardModel:
+    """The pre-trained model the package ships (`learn/shipped.py` made it); DreamshardError
+    if this install lacks it."""
+    if not SHIPPED_MODEL.is_file():
+        raise DreamshardError(
+            f"this install has no shipped model ({SHIPPED_MODEL}); make one with "
+            "`make shipped-model`, or pass --model"
+        )
+    return load_model(SHIPPED_MODEL)
+
+
 def resolve_model(model: DreamShardModel | str | Path | None) -> DreamShardModel:
     """A model object as is; a model file; a `train --out` folder; an MLflow model URI
     (`models:/name@alias`, `runs:/id/policy`); or, None or "shipped", the pre-trained model
     the package ships (`learn/shipped.py`)."""
     if model is None or str(model) == SHIPPED:  # the pre-trained model in the package
-        from dreamshard.learn.shipped import shipped_model  # it imports this module
-
         return shipped_model()
     if isinstance(model, DreamShardModel):
         return model

@@ -38,6 +38,7 @@ import torch
 
 from dreamshard.costs.comm import exchange_many, get_topology
 from dreamshard.costs.simulated import (
+    CACHE_BYTES,
     DEFAULT_PATH,
     SimulatedModel,
     features_of_sums,
@@ -178,10 +179,13 @@ def pretrain_examples(
     base: SimulatedModel | None = None,
     progress: Callable[[int], None] | None = None,
     pool: int = POOL,
+    randomise: bool = True,
 ) -> list[Example]:
     """`tasks` tasks of the family, each with its own drawn analytic model, batch and device
     count, and `placements_per_task` labelled placements of each, the tables drawn from pools of
-    `pool` per batch size; the same seed gives the same examples."""
+    `pool` per batch size; the same seed gives the same examples. `randomise=False` labels
+    them by the centre of the randomisation instead (`base`'s weights and cache, a drawn
+    exchange): what the shipped ensemble's confidence is calibrated on (`learn/shipped.py`)."""
     base = base or SimulatedModel.load(DEFAULT_PATH)
     examples = []
     for index in range(tasks):
@@ -194,6 +198,8 @@ def pretrain_examples(
         tables = [drawn[i] for i in rng.choice(len(drawn), size=num_tables, replace=False)]
         task = PlacementTask(tuple(tables), num_devices, 2**62, name=f"pretrain-{seed}-{index}")
         model = draw_label_model(rng, base)
+        if not randomise:
+            model = LabelModel(np.array(base.fwd), np.array(base.bwd), CACHE_BYTES, model.topology)
         features = feature_matrix(tables)
         for method, devices in task_placements(task, rng, placements_per_task):
             targets, _ = label_placement(tables, devices, num_devices, batch, model)

@@ -35,10 +35,10 @@ from dreamshard.learn.model_file import (
     read_torch_file,
     save_model,
     save_torch_atomic,
+    shipped_model,
 )
 from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet, wants_prior
-from dreamshard.learn.shipped import shipped_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size

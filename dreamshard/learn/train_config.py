@@ -75,3 +75,4 @@ class PretrainConfig:
     loss: str = "log-ratio"  # relative errors: the family's costs span orders of magnitude
     heldout: int = 100  # further tasks (seeds after the training ones) to report errors on
     pool: int = 2500  # tables of the family per batch size that tasks draw from
+    members: int = 5  # networks fitted from seeds seed..: the first, and its ensemble
