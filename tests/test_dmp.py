@@ -36,7 +36,6 @@ def test_plans_train_under_dmp_in_interleaved_rounds():
     assert run.process_group == "gloo"
     assert run.step_ms.shape == (2, 2, 2)  # ranks, rounds, plans
     assert np.all(run.step_ms > 0) and np.all(np.isfinite(run.step_ms))
-    assert np.array_equal(run.overall(), run.step_ms.max(axis=0))
     assert np.all(run.cpu_ms > 0) and np.all(np.isfinite(run.cpu_ms))
     assert run.sharding_types == [["table_wise"], ["data_parallel", "table_wise"]]
     for per_rank in run.losses:  # the same batch every step: training lowers its loss

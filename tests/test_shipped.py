@@ -51,7 +51,9 @@ def test_the_shipped_network_reads_the_batch_size_of_the_tables():
     judge = SimulatedBackend().model
     growth = []
     for batch in (2048, 65536):
-        predicted = costnet.device_costs(costnet.encode(features, batch).sum(0)) * costnet.scale
+        with torch.no_grad():
+            predicted = costnet.device_costs(costnet.encode(features, batch).sum(0))
+        predicted = predicted * costnet.scale
         fwd, bwd = judge.predict(group_features(tables, batch))
         growth.append([float(predicted[0] + predicted[2]), float(fwd[0] + bwd[0])])
     ours, judged = np.array(growth[1]) / np.array(growth[0])

@@ -233,7 +233,7 @@ def heuristic_candidates(task: PlacementTask) -> tuple[list[Placement], Exceptio
 
 def heuristic_first_unless_beaten(order: list[int], candidates, members: np.ndarray) -> list[int]:
     """`order` (cheapest predicted first) with the best heuristic's placement moved to the front
-    unless the first is predicted at least `HEURISTIC_MARGIN` cheaper than it by the networks'
+    unless the first is predicted more than `HEURISTIC_MARGIN` cheaper than it by the networks'
     mean (`members` [networks, candidates]: the model's network and its ensemble's).
 
     No confidence gate: leaving the heuristic only when the lower end of the ensemble's
@@ -245,8 +245,8 @@ def heuristic_first_unless_beaten(order: list[int], candidates, members: np.ndar
     if not heuristic or order[0] == heuristic[0]:
         return order
     first, best = order[0], heuristic[0]
-    gains = 1 - members[:, first] / members[:, best]
-    if gains.mean() >= HEURISTIC_MARGIN:
+    mean = members.mean(axis=0)
+    if mean[first] < (1 - HEURISTIC_MARGIN) * mean[best]:
         return order
     return [best] + [i for i in order if i != best]
 
