@@ -21,9 +21,11 @@ import sys
 from pathlib import Path
 
 from dreamshard.cli.args import positive
+from dreamshard.evaluation.models import trained_on
 from dreamshard.evaluation.ood_families import FAMILIES, SHAPES
 from dreamshard.evaluation.ood_study import TARGET_GEOMEAN, TARGET_WORST, run_study
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
+from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.shipped import shipped_manifest
 from dreamshard.planners.dreamshard_planner import one_thread
 
@@ -48,8 +50,10 @@ def report(study: dict, args: argparse.Namespace) -> str:
     overall = summary["all"]
     met_mean = overall["interval"][1] <= TARGET_GEOMEAN
     met_worst = overall["worst"] <= TARGET_WORST
-    model = "the shipped model" if args.model == "shipped" else args.model
-    made = shipped_manifest().get("command", "?") if args.model == "shipped" else "(given)"
+    if args.model == "shipped":
+        model = f"the shipped model (made by `{shipped_manifest().get('command', '?')}`)"
+    else:
+        model = f"{args.model} ({trained_on(resolve_model(args.model))})"
     return "\n".join(
         [
             "# Out of distribution: the default planner, zero-shot, on families never trained on",
@@ -58,7 +62,7 @@ def report(study: dict, args: argparse.Namespace) -> str:
             "",
             f"{host_note()}. Judge: the calibrated simulated backend (exact, one round; "
             "exchange modeled, cpu-gloo). fp16 weights.",
-            f"Model: {model} (made by `{made}`). Families: {', '.join(FAMILIES)}; seeds "
+            f"Model: {model}. Families: {', '.join(FAMILIES)}; seeds "
             f"0-{args.seeds - 1} each; shapes (tables, devices) cycled: {list(SHAPES)}.",
             "Ratio: dreamshard's overall / the best whole-table heuristic's, per task; geometric "
             "mean [bootstrap 95% interval over tasks].",
