@@ -69,7 +69,7 @@ class PretrainConfig:
     seed: int = 0
     tasks: int = 2000  # tasks of the family, each with its own drawn analytic model
     placements: int = 8  # labelled placements of each
-    steps: int = 4000  # Adam steps
+    steps: int = 8000  # Adam steps (4000: held-out Spearman within a task 0.976, 8000: 0.981)
     batch: int = 32  # placements a step
     learning_rate: float = 1e-3
     loss: str = "log-ratio"  # relative errors: the family's costs span orders of magnitude
