@@ -23,6 +23,8 @@ def trained_on(model: DreamShardModel) -> str:
     """What a model's file says it was trained on: its suite, backend and (where recorded)
     topology, as "trained on cpu-50x4, simulated backend, cpu-gloo topology"."""
     meta = model.metadata
+    if "shipped" in meta:  # the package's pre-trained model
+        return f"pre-trained, shipped in the package (made by `{meta['shipped']['command']}`)"
     backend = re.search(r"'backend': '(\w+)'", str(meta.get("backend", "")))
     topology = re.search(r"'topology': '([\w-]+)'", str(meta.get("backend", "")))
     return (
