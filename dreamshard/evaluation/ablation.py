@@ -26,11 +26,10 @@ from dreamshard.learn.policy import fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask
-from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import (
-    PLACE_SEARCH_ROUNDS,
-    PLACE_SEARCH_SCORED,
     costnet_greedy,
+    costnet_search,
+    episode_candidates,
     predicted_overall,
 )
 
@@ -47,8 +46,7 @@ def policy_rows(name: str, model: DreamShardModel) -> dict[str, Callable]:
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():
             episodes = fast_rollout(model.policy, task, model.costnet, 1, SAMPLES, generator)
-        found = [episodes.placement(e, "dreamshard") for e in range(len(episodes.legal))]
-        found = [p for p, legal in zip(found, episodes.legal) if legal]
+        found = episode_candidates(episodes)
         scores = predicted_overall(model, task, found)
         return found[int(np.argmin(scores))]
 
@@ -68,15 +66,7 @@ def ablation_rows(
             return costnet_greedy(task, trained.costnet)
 
     def greedy_search(task: PlacementTask) -> Placement:
-        start = greedy(task)
-        found, _, _ = device_search(
-            task,
-            start,
-            costnet_model(trained.costnet, task),
-            max_rounds=PLACE_SEARCH_ROUNDS,
-            max_scored=PLACE_SEARCH_SCORED,
-        )
-        return found
+        return costnet_search(task, trained.costnet, greedy(task))[0]
 
     rows: dict[str, Callable] = {
         f"heuristic {key}": (lambda task, key=key: greedy_place(task, key))

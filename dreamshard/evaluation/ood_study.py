@@ -21,6 +21,7 @@ from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, random_place
 from dreamshard.placement.registry import named_planner
 from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.dreamshard_planner import ensemble_scores
 
 RANDOM_PLACEMENTS = 4
 TARGET_WORST = 1.01  # the default planner never above this x the per-task best heuristic
@@ -45,7 +46,8 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
                 errors.append(abs(devices[d, 0] + devices[d, 2] - real) / real)
     costs = {name: cost.overall for name, cost in true.items()}
     best = min(costs[k] for k in HEURISTIC_KEYS)
-    covered = gain_coverage(task, model, placements, costs)
+    first = [predicted[name][1] for name in placements]
+    covered = gain_coverage(task, model, placements, costs, first)
     return {
         "task": task.name,
         "costs": costs,
@@ -53,25 +55,21 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
         "best_heuristic": min(HEURISTIC_KEYS, key=costs.get),
         "ratio": costs["dreamshard"] / best,
         "device_mape": float(np.mean(errors)),
-        "spearman": spearman([predicted[n][1] for n in placements], [costs[n] for n in placements]),
+        "spearman": spearman(first, [costs[n] for n in placements]),
         "covered": covered,
     }
 
 
-def gain_coverage(task, model, placements: dict, costs: dict) -> list[bool]:
+def gain_coverage(task, model, placements: dict, costs: dict, first: list[float]) -> list[bool]:
     """Whether each placement's true gain over the heuristic predicted cheapest lies inside
     the ensemble's 90% interval of its predicted gain (mean +- z90 spreads); empty for a
-    model without an ensemble or calibration."""
+    model without an ensemble or calibration. `first`: the model's own network's predicted
+    overall of each placement."""
     z90 = (model.metadata.get("confidence") or {}).get("z90")
     if not model.ensemble or z90 is None:
         return []
     names = list(placements)
-    members = np.array(
-        [
-            [network.predict_ms(task, placements[n])[1] for n in names]
-            for network in [model.costnet, *model.ensemble]
-        ]
-    )
+    members = ensemble_scores(model, task, list(placements.values()), first)
     ref = min((names.index(k) for k in HEURISTIC_KEYS), key=lambda i: members[:, i].mean())
     covered = []
     for i, name in enumerate(names):

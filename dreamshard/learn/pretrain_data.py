@@ -133,9 +133,9 @@ def family_tables(rng: np.random.Generator, count: int, batch: int) -> list[Tabl
 
 def label_placement(
     tables: list[Table], devices: np.ndarray, num_devices: int, batch: int, model: LabelModel
-) -> tuple[np.ndarray, np.ndarray]:
-    """([D, 3] fwd_comp, bwd_comm, bwd_comp in ms, [D] the modeled all-to-all) of one
-    placement under a drawn model (the simulated backend's arithmetic, its constants drawn)."""
+) -> np.ndarray:
+    """[D, 3] fwd_comp, bwd_comm (the modeled all-to-all), bwd_comp in ms of one placement
+    under a drawn model (the simulated backend's arithmetic, its constants drawn)."""
     per_table = table_quantities(tables, batch)
     sums = np.stack(
         [np.bincount(devices, per_table[:, k], num_devices) for k in range(per_table.shape[1])],
@@ -144,7 +144,7 @@ def label_placement(
     features = features_of_sums(sums, model.cache_bytes)
     fwd, bwd = features @ model.fwd, features @ model.bwd
     comm = exchange_many(tables, devices[None], batch, get_topology(model.topology), num_devices)
-    return np.stack([fwd, comm[0], bwd], axis=1).astype(np.float32), comm[0]
+    return np.stack([fwd, comm[0], bwd], axis=1).astype(np.float32)
 
 
 def task_placements(
@@ -202,7 +202,7 @@ def pretrain_examples(
             model = LabelModel(np.array(base.fwd), np.array(base.bwd), CACHE_BYTES, model.topology)
         features = feature_matrix(tables)
         for method, devices in task_placements(task, rng, placements_per_task):
-            targets, _ = label_placement(tables, devices, num_devices, batch, model)
+            targets = label_placement(tables, devices, num_devices, batch, model)
             examples.append(
                 Example(
                     features,

@@ -38,7 +38,7 @@ from dreamshard.learn.costnet_fit import (
 from dreamshard.learn.model_file import DreamShardModel, save_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.pretrain_data import FAMILY_RANGES, pretrain_examples
-from dreamshard.learn.train_config import SHIPPED_DIR, PretrainConfig
+from dreamshard.learn.train_config import SHIPPED_DIR, PretrainConfig, TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.progress import Progress
 from dreamshard.tables.traces import DEFAULT_BATCH
@@ -55,15 +55,6 @@ class _FitState:  # what `fit_costnet` reads and writes of a training run's stat
     costnet_optimizer: torch.optim.Optimizer
     rng: np.random.Generator
     iteration: int = 0
-
-
-@dataclass
-class _FitConfig:  # the fields of TrainConfig that `fit_costnet` reads
-    iterations: int
-    costnet_steps: int
-    costnet_batch: int
-    learning_rate: float
-    costnet_loss: str
 
 
 def pretrain_model(config: PretrainConfig, log=print) -> DreamShardModel:
@@ -90,9 +81,9 @@ def pretrain_model(config: PretrainConfig, log=print) -> DreamShardModel:
     )
     members, losses = [], []
     for k in range(config.members):
-        costnet, member_losses = fit_member(examples, config, config.seed + k, k)
+        costnet, loss = fit_member(examples, config, config.seed + k, k)
         members.append(costnet)
-        losses.append(float(np.mean(member_losses[-max(1, config.steps // 20) :])))
+        losses.append(loss)
     costnet = members[0]
     errors = costnet_errors(costnet, heldout)
     rho, ranked = spearman_within_tasks(costnet, heldout)
@@ -128,21 +119,30 @@ def pretrain_model(config: PretrainConfig, log=print) -> DreamShardModel:
 
 def fit_member(
     examples: list, config: PretrainConfig, seed: int, index: int
-) -> tuple[CostNet, list[float]]:
-    """One wide "quantities" network fitted on `examples` from `seed` (its start and batches)."""
+) -> tuple[CostNet, float]:
+    """One wide "quantities" network fitted on `examples` from `seed` (its start and batches),
+    and its mean loss over the last twentieth of the steps. `fit_costnet` runs the steps in
+    twenty parts (its learning rate decays over all of them), for a progress line."""
     torch.manual_seed(seed)
     costnet = CostNet(comm=dict(SHIPPED_COMM), encoder="quantities", batch=DEFAULT_BATCH, wide=True)
     state = _FitState(costnet, shipped_optimizer(costnet, config), np.random.default_rng(seed))
-    fit = _FitConfig(1, config.steps, config.batch, config.learning_rate, config.loss)
     chunk = max(1, config.steps // 20)
-    progress = Progress(config.steps // chunk, f"fitting cost network {index + 1}/{config.members}")
-    losses: list[float] = []
-    for part in range(config.steps // chunk):
+    parts = config.steps // chunk
+    fit = TrainConfig(
+        iterations=parts,
+        costnet_steps=chunk,
+        costnet_batch=config.batch,
+        learning_rate=config.learning_rate,
+        costnet_loss=config.loss,
+    )
+    progress = Progress(parts, f"fitting cost network {index + 1}/{config.members}")
+    loss = float("nan")
+    for part in range(parts):
         state.iteration = part
-        losses += fit_costnet(state, _chunk(fit, chunk, config.steps), examples)
-        progress.step(f"loss {np.mean(losses[-chunk:]):.4f}")
+        loss = float(np.mean(fit_costnet(state, fit, examples)))
+        progress.step(f"loss {loss:.4f}")
     progress.close()
-    return costnet, losses
+    return costnet, loss
 
 
 def calibrate_confidence(members: list[CostNet], examples: list) -> dict:
@@ -197,11 +197,6 @@ def shipped_optimizer(costnet: CostNet, config: PretrainConfig) -> torch.optim.O
 
 def _step(progress: Progress):
     return lambda done: progress.step(f"{done} tasks")
-
-
-def _chunk(fit: _FitConfig, steps: int, total: int) -> _FitConfig:
-    """`steps` of a run of `total`: the learning rate decays over the whole run."""
-    return _FitConfig(total // steps, steps, fit.costnet_batch, fit.learning_rate, fit.costnet_loss)
 
 
 def _flags(config: PretrainConfig) -> list[str]:

@@ -57,6 +57,9 @@ class TrainState:
     rng: np.random.Generator
     history: list[dict] = field(default_factory=list)
     prior: dict = field(default_factory=dict)  # the simulated prior fitted first (pretrain.py)
+    # the model the run started from: {"from": "shipped", a file or "none", "ranges": what
+    # it had seen (learn.coverage)}
+    start: dict = field(default_factory=dict)
 
 
 def modeled_comm(backend) -> dict | None:
@@ -112,6 +115,10 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
         torch.optim.Adam(policy.parameters(), lr=config.learning_rate),
         torch.Generator().manual_seed(config.seed),
         np.random.default_rng(config.seed),
+        start={
+            "from": "none" if start is None else config.init_model or SHIPPED,
+            "ranges": {} if start is None else start.metadata.get("ranges") or {},
+        },
     )
 
 
@@ -126,21 +133,13 @@ def start_model(config: TrainConfig) -> DreamShardModel | None:
     return load_model(config.init_model)
 
 
-def start_ranges(config: TrainConfig) -> dict:
-    """What the model a run started from had seen (`learn.coverage`), or nothing."""
-    start = start_model(config)
-    return {} if start is None else start.metadata.get("ranges") or {}
-
-
 def joined_ranges(ours: dict, theirs: dict) -> dict:
     """[min, max] of each quantity over two sets of ranges."""
-    return {
-        name: [
-            min(low, theirs.get(name, [low, high])[0]),
-            max(high, theirs.get(name, [low, high])[1]),
-        ]
-        for name, (low, high) in ours.items()
-    }
+    joined = {}
+    for name, (low, high) in ours.items():
+        other_low, other_high = theirs.get(name, (low, high))
+        joined[name] = [min(low, other_low), max(high, other_high)]
+    return joined
 
 
 def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
@@ -349,8 +348,8 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             "history": state.history,
             "prior": state.prior,
             "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "ranges": joined_ranges(training_ranges(tasks), start_ranges(config)),
-            "started_from": config.init_model or SHIPPED,
+            "ranges": joined_ranges(training_ranges(tasks), state.start["ranges"]),
+            "started_from": state.start["from"],
         },
     )
     model.costnet.eval()

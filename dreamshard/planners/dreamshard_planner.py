@@ -163,13 +163,7 @@ def ranked_candidates(
     episodes = fast_rollout(
         model.policy, task, model.costnet, 1, samples, generator, deadline.share(ROLLOUT_SHARE)
     )
-    candidates = []
-    if episodes is not None:
-        candidates = [
-            replace(episodes.placement(e, "dreamshard"), candidate=episode_name(e))
-            for e in range(len(episodes.legal))
-            if episodes.legal[e]
-        ]
+    candidates = [] if episodes is None else episode_candidates(episodes)
     if samples > 0 and not deadline.passed():
         found = costnet_greedy(task, model.costnet, deadline)
         if found is not None:
@@ -184,14 +178,7 @@ def ranked_candidates(
     scores = predicted_overall(model, task, candidates)
     if samples > 0 and not deadline.passed():  # the best, improved while it can be
         best = candidates[int(np.argmin(scores))]
-        found, _, steps = device_search(
-            task,
-            best,
-            costnet_model(model.costnet, task),
-            seconds=deadline.left(),  # inf: no deadline
-            max_rounds=PLACE_SEARCH_ROUNDS,
-            max_scored=PLACE_SEARCH_SCORED,
-        )
+        found, steps = costnet_search(task, model.costnet, best, deadline.left())
         if steps:
             candidates.append(
                 Placement(found.devices, "dreamshard", f"{best.candidate} + {steps} search steps")
@@ -205,6 +192,32 @@ def ranked_candidates(
     if samples > 0:
         order = heuristic_first_unless_beaten(order, candidates, members)
     return [(candidates[i], scores[i]) for i in order]
+
+
+def episode_candidates(episodes) -> list[Placement]:
+    """A rollout's legal episodes as candidates, each named after its episode."""
+    return [
+        replace(episodes.placement(e, "dreamshard"), candidate=episode_name(e))
+        for e in range(len(episodes.legal))
+        if episodes.legal[e]
+    ]
+
+
+def costnet_search(
+    task: PlacementTask, costnet: CostNet, start: Placement, seconds: float = math.inf
+) -> tuple[Placement, int]:
+    """The planner's local search on the cost network from `start`, within its budget of
+    work (`PLACE_SEARCH_ROUNDS`, `PLACE_SEARCH_SCORED`) and `seconds`: (the placement it
+    ends at, its improving steps)."""
+    found, _, steps = device_search(
+        task,
+        start,
+        costnet_model(costnet, task),
+        seconds=seconds,
+        max_rounds=PLACE_SEARCH_ROUNDS,
+        max_scored=PLACE_SEARCH_SCORED,
+    )
+    return found, steps
 
 
 def ensemble_scores(
