@@ -1,7 +1,8 @@
-"""What each part of the default planner buys, on exact costs (issue 28).
+"""What each part of the default planner buys, on exact costs or on real kernels (issue 28).
 
 Run: .venv/bin/python benchmarks/ablation.py [--suites cpu-50x4,cpu-100x4,dlrm-50x8]
          [--tasks 8] [--ood-seeds 3] [--model RUN/model.pt] [--out FILE]
+     .venv/bin/python benchmarks/ablation.py --backend fbgemm [--ood-seeds 3] [--rounds 5]
 
 Tasks, fixed before the run: each suite's first `--tasks` held-out test tasks, and the
 out-of-distribution families (`evaluation/ood_families.py`) at seeds 0..N-1. Judge: the
@@ -12,6 +13,17 @@ run starts); its cost network is the fixed network of every learned row, and the
 policy is a fresh one from the same seed on it. Rows: `evaluation/ablation.py`. Ratio: a row's
 cost over the per-task best heuristic's; geometric mean [bootstrap 95% interval over tasks].
 Writes benchmarks/results/ablation.md and its .json.
+
+`--backend fbgemm`: the same rows timed on real kernels on this host, the trained model trained
+on this host's kernels (`dreamshard train --suite cpu-50x4 --backend fbgemm --out
+.dreamshard/ablation/fbgemm-model`, seed 0, from the shipped network, ~10 min) unless `--model`
+is given, on the out-of-distribution
+families at the scale a CPU can time (`ood_tasks(scale="cpu")`: seeds 0..N-1 of each family,
+default 12 tasks of 50-200 tables on 4-16 devices; no suites), every distinct placement
+measured once per round in `--rounds` interleaved rounds (`evaluation.evaluate`); ratios paired
+within rounds, intervals over tasks and rounds (`rounds.bootstrap_paired`). About 70 min here
+with the defaults (a round measures ~10 placements of each task: ~13 min). Writes
+benchmarks/results/ablation_fbgemm.md, its .json (every placement and measurement) and .csv.
 """
 
 from __future__ import annotations
@@ -20,14 +32,30 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from dreamshard.cli.args import positive
+from dreamshard.costs.backends import make_backend
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.ablation import ablation_rows, ratios, run_ablation
+from dreamshard.evaluation.ablation import (
+    ablation_rows,
+    measured_ratios,
+    measured_rows,
+    ratios,
+    run_ablation,
+)
+from dreamshard.evaluation.evaluate import evaluate
 from dreamshard.evaluation.models import given_or_trained
 from dreamshard.evaluation.ood_families import ood_tasks
 from dreamshard.evaluation.ratio_tables import interval_cell
-from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
+from dreamshard.evaluation.report_files import (
+    fenced_table,
+    host_note,
+    write_evaluation,
+    write_report,
+)
+from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.model_file import shipped_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train_config import TrainConfig
@@ -35,23 +63,50 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.planners.dreamshard_planner import one_thread
 
 RESULTS = Path(__file__).parent / "results" / "ablation.md"
+RESULTS_FBGEMM = Path(__file__).parent / "results" / "ablation_fbgemm.md"
 MODEL_RUN = ".dreamshard/ablation/model"
+MODEL_RUN_FBGEMM = ".dreamshard/ablation/fbgemm-model"
+TARGET_KERNELS = (0.95, 1.00)  # the default planner's ratio, and its interval's upper end
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suites", default="cpu-50x4,cpu-100x4,dlrm-50x8")
-    parser.add_argument("--tasks", type=int, default=8, help="held-out tasks per suite")
-    parser.add_argument("--ood-seeds", type=int, default=3, help="seeds per family")
+    parser.add_argument(
+        "--backend",
+        default="simulated",
+        choices=["simulated", "fbgemm"],
+        help="simulated: exact costs (the default); fbgemm: real kernels on this host, on the "
+        "out-of-distribution families at cpu scale only",
+    )
+    parser.add_argument("--suites", default="cpu-50x4,cpu-100x4,dlrm-50x8", help="(simulated only)")
+    parser.add_argument(
+        "--tasks", type=int, default=8, help="held-out tasks per suite (simulated only)"
+    )
+    parser.add_argument("--ood-seeds", type=positive(int), default=3, help="seeds per family")
+    parser.add_argument(
+        "--rounds", type=positive(int), default=5, help="interleaved rounds (fbgemm only)"
+    )
     parser.add_argument("--model", help="trained model (default: trained by this run)")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", help=f"report (default {RESULTS} or, fbgemm, {RESULTS_FBGEMM})")
     args = parser.parse_args()
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    config = TrainConfig(suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0)
+    if args.backend == "fbgemm":  # the learned rows on a network fine-tuned on this host
+        config = TrainConfig(suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0)
+    else:
+        config = TrainConfig(suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0)
     model, note = given_or_trained(args.model, config, say)
     torch.manual_seed(config.seed)
     untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     rows = ablation_rows(model, untrained.eval(), shipped_model())
+    if args.backend == "fbgemm":
+        backend = make_backend("fbgemm")
+        tasks = ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
+        with one_thread():
+            evaluation = evaluate(tasks, measured_rows(rows), backend, rounds=args.rounds)
+        out = args.out or RESULTS_FBGEMM
+        write_evaluation(evaluation, out, {"model": note, "command": " ".join(sys.argv)})
+        write_report(out, measured_report(evaluation, note))
+        return
     groups = {}
     for suite in args.suites.split(","):
         groups[suite] = make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks
@@ -61,7 +116,51 @@ def main() -> None:
     with one_thread():
         for name, tasks in groups.items():
             results[name] = run_ablation(tasks, rows, lambda t, p: judge.measure(t, p).overall, say)
-    write_report(args.out, report(results, note), {"model": note, "groups": results})
+    write_report(args.out or RESULTS, report(results, note), {"model": note, "groups": results})
+
+
+def measured_report(evaluation: Evaluation, note: str) -> str:
+    """The real-kernel half: each row's paired ratio to the per-task best heuristic."""
+    rounds, tasks = evaluation.costs.shape[:2]
+    plan_ms = dict(zip(measured_ratios(evaluation), evaluation.plan_seconds.mean(axis=0) * 1000))
+    table = [
+        (name, f"{ratio:.3f} [{low:.3f}, {high:.3f}]", f"{np.nanmax(per_task):.3f}", f"{ms:.0f}")
+        for (name, (ratio, low, high, _)), per_task, ms in zip(
+            measured_ratios(evaluation).items(),
+            evaluation.ratios("per_task_best_heuristic").T,
+            plan_ms.values(),
+        )
+    ]
+    return "\n".join(
+        [
+            "# What each part of the default planner buys (real kernels)",
+            "",
+            f"Command: `.venv/bin/python benchmarks/ablation.py {' '.join(sys.argv[1:])}`",
+            "",
+            f"{host_note()}. Costs: {evaluation.costs_made}. Whole tables.",
+            f"Tasks, fixed before the run: {tasks} out-of-distribution tasks at cpu scale "
+            '(`evaluation/ood_families.py`, `ood_tasks(scale="cpu")`): '
+            + ", ".join(t.name for t in evaluation.tasks)
+            + f". {rounds} interleaved rounds; every distinct placement measured once a round. "
+            f"Model: {note}.",
+            "Ratio: a row's cost over the per-task best heuristic's (the heuristic with the "
+            "lowest mean over the rounds), paired within rounds; geometric mean over rounds and "
+            "tasks [bootstrap 95% interval, tasks and rounds resampled]; worst task; planning "
+            "time per task. Lower is better.",
+            "",
+            fenced_table("row | vs per-task best heuristic | worst task | plan ms", table),
+            "",
+            f"Target (issue 28, real kernels): the default planner at most {TARGET_KERNELS[0]} "
+            f"with the interval's upper end at most {TARGET_KERNELS[1]}: "
+            + "; ".join(
+                f"{name} {r:.3f} [{lo:.3f}, {hi:.3f}] "
+                + ("met" if r <= TARGET_KERNELS[0] and hi <= TARGET_KERNELS[1] else "not met")
+                for name, (r, lo, hi, _) in measured_ratios(evaluation).items()
+                if name.startswith("default planner")
+            )
+            + ".",
+        ]
+    )
 
 
 def report(results: dict, note: str) -> str:

@@ -21,6 +21,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from dreamshard.evaluation.results import Evaluation
+from dreamshard.evaluation.rounds import bootstrap_paired
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
@@ -104,3 +106,25 @@ def ratios(costs: list[dict]) -> dict[str, np.ndarray]:
     """Per row, each task's cost over that task's best heuristic."""
     best = np.array([min(c[f"heuristic {k}"] for k in HEURISTIC_KEYS) for c in costs])
     return {name: np.array([c[name] for c in costs]) / best for name in costs[0]}
+
+
+def measured_rows(rows: dict[str, Callable]) -> dict[str, Callable]:
+    """The rows as `evaluation.evaluate` planners `(task, seed) -> Placement`, the heuristics
+    under their registry names (so that `Evaluation` knows them as the reference)."""
+    return {
+        name.removeprefix("heuristic "): (lambda task, _seed, planner=planner: planner(task))
+        for name, planner in rows.items()
+    }
+
+
+def measured_ratios(evaluation: Evaluation) -> dict[str, tuple[float, float, float, int]]:
+    """Per row (heuristics named "heuristic KEY" again): its paired ratio to the per-task best
+    heuristic over rounds and tasks, the bootstrap 95% interval (tasks and rounds resampled)
+    and the task count (`rounds.bootstrap_paired`)."""
+    heuristics = set(evaluation.heuristics)
+    return {
+        (f"heuristic {name}" if name in heuristics else name): bootstrap_paired(
+            evaluation.log_ratios(name, "per_task_best_heuristic")
+        )
+        for name in evaluation.planners
+    }

@@ -13,6 +13,15 @@ families change the *shape* of the distribution, not only its range.
 Tasks (`ood_tasks`) are fixed by (family, seed): 50-400 tables on 4-32 devices, fp16, memory
 capped as the suites' tasks are (`suites.capped_task`), tables known by statistics (the
 simulated judge's batch size). The families and the seeds were fixed before the first run.
+
+`scale="cpu"` makes the same draws small enough for fbgemm to time them on a CPU host (issue
+28's real-kernel half): rows divided by CPU_ROW_SCALE (at least 100, at most the cpu profile's
+1.25 M), fp32 weights as the cpu suites hold them, histograms at the same 2,048-bag batch. The
+cpu profile divides its rows by 32, but its tables have 6,000 rows at the median; these
+families' reach 1e8, and at 1/32 a 50-table task of `correlated` held 7.4 GiB of fp32 weights
+and took 15 s a measurement here (the cpu suites: 2-8.5 s). At 1/256 each row is looked up
+about 8 times as often per batch as at full scale: the families keep their shapes (correlated,
+bimodal, skewed, giants among dwarfs), not their full-scale cache behaviour.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import numpy as np
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.suites import capped_task
 from dreamshard.placement.tasks import PlacementTask
-from dreamshard.tables.synthetic import expected_histogram
+from dreamshard.tables.synthetic import expected_histogram, get_profile
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import DEFAULT_BATCH
 
@@ -67,27 +76,41 @@ DRAWS = {
 FAMILIES = tuple(DRAWS)  # in this order: a family's index seeds its tables
 
 
-def family_tables(family: str, count: int, seed: int, batch: int = DEFAULT_BATCH) -> list[Table]:
-    """`count` tables of `family` (histograms expected at `batch`); the same seed, the same."""
+SCALES = ("dlrm", "cpu")  # the tables as drawn, or small enough to time on a CPU
+CPU_ROW_SCALE = 256
+PRECISION = {"dlrm": "fp16", "cpu": "fp32"}
+
+
+def family_tables(
+    family: str, count: int, seed: int, batch: int = DEFAULT_BATCH, scale: str = "dlrm"
+) -> list[Table]:
+    """`count` tables of `family` (histograms expected at `batch`); the same seed, the same.
+    At `scale="cpu"` the same draws with rows scaled as the cpu profile scales them."""
     if family not in DRAWS:
         raise DreamshardError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if scale not in SCALES:
+        raise DreamshardError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    profile = get_profile("cpu")
     rng = np.random.default_rng([seed, FAMILIES.index(family), 28])
     tables = []
     for index in range(count):
         rows, dim, pooling, alpha = DRAWS[family](rng)
+        if scale == "cpu":
+            rows = min(rows // CPU_ROW_SCALE, profile.max_rows)
         rows = max(rows, 100)
         histogram = expected_histogram(rows, float(alpha), batch * pooling)[0]
         tables.append(Table(f"{family}-{index:04d}", rows, dim, pooling, histogram))
     return tables
 
 
-def ood_task(family: str, seed: int) -> PlacementTask:
+def ood_task(family: str, seed: int, scale: str = "dlrm") -> PlacementTask:
     """Task `seed` of `family`: its shape from `SHAPES`, memory as the suites cap it."""
     count, devices = SHAPES[seed % len(SHAPES)]
-    tables = family_tables(family, count, seed)
-    return capped_task(tables, devices, f"{family}/{count}x{devices}/seed {seed}")
+    tables = family_tables(family, count, seed, scale=scale)
+    name = f"{'cpu-' if scale == 'cpu' else ''}{family}/{count}x{devices}/seed {seed}"
+    return capped_task(tables, devices, name, PRECISION[scale])
 
 
-def ood_tasks(families=FAMILIES, seeds=range(12)) -> list[PlacementTask]:
+def ood_tasks(families=FAMILIES, seeds=range(12), scale: str = "dlrm") -> list[PlacementTask]:
     """The study's tasks: every family's seeds, in that order."""
-    return [ood_task(family, seed) for family in families for seed in seeds]
+    return [ood_task(family, seed, scale) for family in families for seed in seeds]

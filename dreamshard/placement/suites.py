@@ -218,11 +218,13 @@ def load_suite(path: str | Path) -> Suite:
 SCALE_SLACK = 1.3
 
 
-def capped_task(tables: list[Table], num_devices: int, name: str) -> PlacementTask:
-    """The tables on `num_devices` devices at fp16, each capped as SCALE_SLACK says."""
-    sizes = [t.bytes() for t in tables]
+def capped_task(
+    tables: list[Table], num_devices: int, name: str, precision: str = "fp16"
+) -> PlacementTask:
+    """The tables on `num_devices` devices at `precision`, each capped as SCALE_SLACK says."""
+    sizes = [t.bytes(precision) for t in tables]
     cap = int(max(1.02 * max(sizes), SCALE_SLACK * sum(sizes) / num_devices))
-    return PlacementTask(tuple(tables), num_devices, cap, name=name)
+    return PlacementTask(tuple(tables), num_devices, cap, precision, name)
 
 
 def pool_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[PlacementTask]:
