@@ -255,8 +255,18 @@ def test_no_file_names_a_missing_file():
         for token in sorted(named_paths(path.read_text()))
         if not any((ROOT / base / token).exists() for base in PATH_BASES)
         and not (path.parent / token).exists()
+        and not retired(token)
     ]
     assert missing == []
+
+
+def retired(token: str) -> bool:
+    """A results file whose last run was retired (`benchmarks/results/retired/README.md`): a
+    script still writes there, and its rerun will."""
+    results = "benchmarks/results/"
+    return token.startswith(results) and (
+        ROOT / results / "retired" / token.removeprefix(results)
+    ).exists()
 
 
 def test_the_path_check_finds_a_missing_file():

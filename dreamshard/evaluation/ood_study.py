@@ -10,6 +10,7 @@ judge's over the heuristics', random and the planner's placements (at least 8 a 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -20,21 +21,40 @@ from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean, spe
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, random_place
 from dreamshard.placement.registry import named_planner
+from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.dreamshard_planner import ensemble_scores
 
 RANDOM_PLACEMENTS = 4
+# the suites a confidence could be calibrated on instead of the family (`calibration_check`)
+CALIBRATION_SUITES = (
+    "cpu-50x4",
+    "cpu-100x4",
+    "cpu-100x8",
+    "cpu-200x8",
+    "dlrm-50x4",
+    "dlrm-50x8",
+    "dlrm-100x8",
+    "dlrm-200x16",
+)
+SUITE_TASKS = 4
 TARGET_WORST = 1.01  # the default planner never above this x the per-task best heuristic
 TARGET_GEOMEAN = 0.93  # and at most this as a geometric mean
+
+
+def study_placements(task: PlacementTask, planner: Callable) -> dict[str, Placement]:
+    """What a task's accuracy is judged over: the heuristics', the planner's and random plans."""
+    placements: dict[str, Placement] = {k: greedy_place(task, k) for k in HEURISTIC_KEYS}
+    placements["dreamshard"] = planner(task, 0)
+    for seed in range(RANDOM_PLACEMENTS):
+        placements[f"random {seed}"] = random_place(task, seed)
+    return placements
 
 
 def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBackend) -> dict:
     """One task: the heuristics' and the planner's costs under the judge, and the model's
     accuracy over at least eight placements."""
-    placements: dict[str, Placement] = {k: greedy_place(task, k) for k in HEURISTIC_KEYS}
-    placements["dreamshard"] = planner(task, 0)
-    for seed in range(RANDOM_PLACEMENTS):
-        placements[f"random {seed}"] = random_place(task, seed)
+    placements = study_placements(task, planner)
     true = {name: judge.measure(task, p) for name, p in placements.items()}
     predicted = {name: model.costnet.predict_ms(task, p) for name, p in placements.items()}
     errors = []
@@ -47,7 +67,6 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
     costs = {name: cost.overall for name, cost in true.items()}
     best = min(costs[k] for k in HEURISTIC_KEYS)
     first = [predicted[name][1] for name in placements]
-    covered = gain_coverage(task, model, placements, costs, first)
     return {
         "task": task.name,
         "costs": costs,
@@ -56,33 +75,53 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
         "ratio": costs["dreamshard"] / best,
         "device_mape": float(np.mean(errors)),
         "spearman": spearman(first, [costs[n] for n in placements]),
-        "covered": covered,
+        "residuals": gain_residuals(task, model, placements, costs, first),
     }
 
 
-def gain_coverage(task, model, placements: dict, costs: dict, first: list[float]) -> list[bool]:
-    """Whether each placement's true gain over the heuristic predicted cheapest lies inside
-    the ensemble's 90% interval of its predicted gain (mean +- z90 spreads); empty for a
-    model without an ensemble or calibration. `first`: the model's own network's predicted
-    overall of each placement."""
-    z90 = (model.metadata.get("confidence") or {}).get("z90")
-    if not model.ensemble or z90 is None:
+def gain_residuals(task, model, placements: dict, costs: dict, first: list[float]) -> list[float]:
+    """For each placement but the heuristic predicted cheapest (the reference), how far its
+    true gain over the reference lies from the ensemble's mean predicted gain, in ensemble
+    standard deviations (0 where the members agree and are right, inf where they agree and are
+    wrong); a nominal 90% interval covers the gain when this is at most the model's z90. Empty
+    for a model without an ensemble. `first`: the model's own network's predicted overall of
+    each placement."""
+    if not model.ensemble:
         return []
     names = list(placements)
     members = ensemble_scores(model, task, list(placements.values()), first)
     ref = min((names.index(k) for k in HEURISTIC_KEYS), key=lambda i: members[:, i].mean())
-    covered = []
+    residuals = []
     for i, name in enumerate(names):
         if i == ref:
             continue
         gains = 1 - members[:, i] / members[:, ref]
-        true = 1 - costs[name] / costs[names[ref]]
-        covered.append(bool(abs(true - gains.mean()) <= z90 * gains.std(ddof=1)))
-    return covered
+        miss = abs(1 - costs[name] / costs[names[ref]] - gains.mean())
+        spread = gains.std(ddof=1)
+        residuals.append(float(miss / spread) if spread > 0 else (0.0 if miss == 0 else math.inf))
+    return residuals
+
+
+def suite_residuals(model, judge: SimulatedBackend, log=print) -> list[float]:
+    """`gain_residuals` on the held-out test tasks of the project's suites (`CALIBRATION_SUITES`,
+    `SUITE_TASKS` each): tables of the data-set profile, the ones users place today. Their 90%
+    quantile is what a confidence calibrated on them would be."""
+    model = resolve_model(model)
+    planner = named_planner("dreamshard", model=model)
+    residuals = []
+    for name in CALIBRATION_SUITES:
+        for task in make_suite(parse_suite_name(name, 1, SUITE_TASKS)).test_tasks:
+            placements = study_placements(task, planner)
+            costs = {n: judge.measure(task, p).overall for n, p in placements.items()}
+            first = [model.costnet.predict_ms(task, p)[1] for p in placements.values()]
+            residuals += gain_residuals(task, model, placements, costs, first)
+        log(f"{name}: gain residuals of {SUITE_TASKS} held-out tasks")
+    return residuals
 
 
 def run_study(model, seeds=range(12), log=print) -> dict:
-    """Every task of every family: the rows, and the summary the targets are judged on."""
+    """Every task of every family: the rows, the summary the targets are judged on, and the
+    calibration check (`calibration_check`)."""
     judge = SimulatedBackend()
     model = resolve_model(model)
     planner = named_planner("dreamshard", model=model)
@@ -94,10 +133,16 @@ def run_study(model, seeds=range(12), log=print) -> dict:
             f"{row['task']}: dreamshard {row['ratio']:.3f}x {row['best_heuristic']}, "
             f"device MAPE {row['device_mape']:.1%}, Spearman {row['spearman']:.2f}"
         )
-    return {"rows": rows, "summary": summarise(rows)}
+    z90 = (model.metadata.get("confidence") or {}).get("z90")
+    suites = suite_residuals(model, judge, log) if model.ensemble else []
+    return {
+        "rows": rows,
+        "summary": summarise(rows, z90),
+        "calibration": calibration_check(rows, z90, suites),
+    }
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], z90: float | None) -> dict:
     """The targets' figures: the worst and the geometric mean of the ratios (with a bootstrap
     95% interval over tasks), the mean device MAPE and Spearman, overall and per family."""
     out = {}
@@ -115,11 +160,31 @@ def summarise(rows: list[dict]) -> dict:
             "above_target": int((ratios > TARGET_WORST).sum()),
             "device_mape": float(np.mean([r["device_mape"] for r in subset])),
             "spearman": float(np.nanmean([r["spearman"] for r in subset])),
-            "coverage": coverage([c for r in subset for c in r.get("covered", [])]),
+            "coverage": coverage([x for r in subset for x in r["residuals"]], z90),
         }
     return out
 
 
-def coverage(covered: list[bool]) -> list[float] | None:
-    """[share covered, pairs], or None without pairs."""
-    return [float(np.mean(covered)), len(covered)] if covered else None
+def coverage(residuals: list[float], z90: float | None) -> list[float] | None:
+    """[share of the pairs whose nominal 90% interval (z90 spreads) covers the true gain,
+    pairs], or None without pairs or calibration."""
+    if not residuals or z90 is None:
+        return None
+    return [float(np.mean(np.array(residuals) <= z90)), len(residuals)]
+
+
+def calibration_check(rows: list[dict], z90: float | None, suites: list[float]) -> dict:
+    """The coverage on these tasks at the model's z90 and at a z90 calibrated on the suites'
+    residuals instead, and these tasks' own 90% quantile (what would have covered 90%)."""
+    ood = [x for r in rows for x in r["residuals"]]
+    if not ood or not suites:
+        return {}
+    suites_z90 = float(np.quantile(suites, 0.9))
+    return {
+        "model_z90": z90,
+        "coverage": coverage(ood, z90),
+        "suites_z90": suites_z90,
+        "suite_pairs": len(suites),
+        "coverage_at_suites_z90": coverage(ood, suites_z90),
+        "own_z90": float(np.quantile(ood, 0.9)),
+    }
