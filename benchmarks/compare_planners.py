@@ -24,9 +24,11 @@ top candidates and the heuristics measured on the same backend for --refine-seco
 `dreamshard place --refine`; the pick stays unless another is cheaper beyond the noise), the
 MILP on the cost network's single-table costs, and the best known placement
 (`dreamshard/evaluation/best_known.py`: every other planner's placement screened, then local
-search scored by real measurements on the cost network's picks). The search's and the
+search scored by real measurements on the cost network's picks), and "dreamshard (split auto)":
+the default planner as users run it (`--split auto`: tables split where the model predicts a
+gain; issue 28's target row). The search's and the
 refinement's own measurements are kept out of the ratios (winner's curse): their results are
-measured again with everything else. All compare whole tables (`--split none`).
+measured again with everything else. All others compare whole tables (`--split none`).
 
 All placements of all suites are measured in ONE interleaved run
 (`dreamshard.evaluation.evaluate`), `--rounds` rounds; identical placements share one
@@ -53,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from planners_report import REFINED, render
+from planners_report import REFINED, SPLIT_AUTO, render
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
@@ -217,6 +219,7 @@ def make_planners(args, model, placer, best_known: BestKnown, refine_backend, st
         "rnn": rnn,
         "search_analytic": named_planner("search_analytic", split="none"),
         "dreamshard": named_planner("dreamshard", model, split="none"),
+        SPLIT_AUTO: named_planner("dreamshard", model, split="auto"),
         "dreamshard_search": named_planner("dreamshard_search", model, split="none"),
         REFINED: dreamshard_refined,
         "milp": milp,

@@ -20,12 +20,14 @@ from dreamshard.evaluation.rounds import bootstrap_paired
 
 REFINED = "dreamshard_refined"  # dreamshard's placement refined by measurement (`--refine`)
 LEVEL, RESAMPLES = 0.95, 2000  # of the bootstrap intervals
-TARGETS = [  # issue 12's fbgemm targets: (planner, reference, at most)
-    ("dreamshard", "strongest_heuristic", 0.92),
-    ("dreamshard", "per_task_best_heuristic", 0.97),  # on every suite
-    ("dreamshard", "search_analytic", 1.00),
-    ("dreamshard", "best_known", 1.03),  # within 3%
-    (REFINED, "strongest_heuristic", 0.90),
+SPLIT_AUTO = "dreamshard (split auto)"  # the default planner as users run it: --split auto
+TARGETS = [  # (planner, reference, ratio at most, interval's upper end at most)
+    ("dreamshard", "strongest_heuristic", 0.92, 0.92),  # issue 12's, table-wise
+    ("dreamshard", "per_task_best_heuristic", 0.97, 0.97),  # on every suite
+    ("dreamshard", "search_analytic", 1.00, 1.00),
+    ("dreamshard", "best_known", 1.03, 1.03),  # within 3%
+    (REFINED, "strongest_heuristic", 0.90, 0.90),
+    (SPLIT_AUTO, "strongest_heuristic", 0.85, 0.90),  # issue 28's, with splits
 ]
 PER_SUITE = "per_task_best_heuristic"  # the target that holds on every suite, not on average
 SAYS = {
@@ -118,7 +120,7 @@ def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str
     figure over all tasks pools the suites' per-task ratios.
     """
     rows = []
-    for planner, reference, at_most in TARGETS:
+    for planner, reference, at_most, upper in TARGETS:
         if planner not in evaluation.planners:
             continue
         per_suite = {name: view.log_ratios(planner, reference) for name, view in views.items()}
@@ -126,31 +128,35 @@ def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str
         if reference == PER_SUITE:
             for name, logs in per_suite.items():
                 rows.append(
-                    target_row(what, name, bootstrap_paired(logs, LEVEL, RESAMPLES), at_most)
+                    target_row(what, name, bootstrap_paired(logs, LEVEL, RESAMPLES), at_most, upper)
                 )
         pooled = bootstrap_paired(
             np.concatenate(list(per_suite.values()), axis=1), LEVEL, RESAMPLES
         )
-        row = target_row(what, "all tasks", pooled, at_most)
+        row = target_row(what, "all tasks", pooled, at_most, upper)
         if reference == PER_SUITE:  # met only where every suite meets it
-            row[-2] = f"<= {at_most:.2f} every suite"
+            row[-2] += " every suite"
             row[-1] = "yes" if all(r[-1] == "yes" for r in rows if r[0] == what) else "no"
         rows.append(row)
     return (
-        "## Targets (issue 12, table-wise)\n\nPaired ratios: the geometric mean over rounds per "
+        "## Targets (issues 12 and 28)\n\nPaired ratios: the geometric mean over rounds per "
         f"task, then over tasks; {LEVEL:.0%} bootstrap intervals from {RESAMPLES} resamples of "
         "the tasks and, within each drawn task, of its rounds. A target is met when the point "
-        "estimate is at or below it.\n\n"
+        "estimate is at or below its bound and the interval's upper end at or below its own "
+        f"(`{SPLIT_AUTO}` plans with `--split auto`; every other row places whole tables).\n\n"
         + fenced_table(
             f"comparison | over | ratio | {LEVEL:.0%} interval | tasks | target | met", rows
         )
     )
 
 
-def target_row(what: str, over: str, found: tuple, at_most: float) -> list:
+def target_row(what: str, over: str, found: tuple, at_most: float, upper: float) -> list:
     ratio, low, high, tasks = found
-    met = "-" if not tasks else ("yes" if ratio <= at_most else "no")
-    return [what, over, f"{ratio:.3f}x", f"{low:.3f}-{high:.3f}", tasks, f"<= {at_most:.2f}", met]
+    met = "-" if not tasks else ("yes" if ratio <= at_most and high <= upper else "no")
+    bound = f"<= {at_most:.2f}" + (
+        f" (upper <= {upper:.2f})" if upper != at_most else " (upper too)"
+    )
+    return [what, over, f"{ratio:.3f}x", f"{low:.3f}-{high:.3f}", tasks, bound, met]
 
 
 def refine_section(evaluation: Evaluation, refine_log: dict) -> str:

@@ -50,7 +50,8 @@ class BestKnown:
     def recorded(self, name: str, planner):
         def plan(task: PlacementTask, seed: int) -> Placement:
             placement = planner(task, seed)
-            self.proposals.setdefault(task.name, {})[name] = placement
+            if not placement.splits:  # the search moves whole tables: split plans start none
+                self.proposals.setdefault(task.name, {})[name] = placement
             return placement
 
         return plan

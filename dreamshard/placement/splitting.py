@@ -26,8 +26,9 @@ those placements rated by the planner's `SplitRating`, the cheapest kept. A cand
 tables the balance rule names either into column halvings or into row ranges over all D
 devices (TorchRec's row-wise layout, shard r on device r). On a CPU a column shard repeats all
 of its table's lookups while a row shard has only those of its rows, so for a hot table rows
-can win where columns cannot (benchmarks/results/retired/split_tables.md: half the rows of a 5.1M-row
-table 0.50x, half its width 0.75x); which wins is the cost model's call, never assumed.
+can win where columns cannot (benchmarks/results/retired/split_tables.md: half the rows of a
+5.1M-row table 0.50x, half its width 0.75x); which wins is the cost model's call, never
+assumed.
 
 - **Small tables: data-parallel.** A table replicated on every device (`replica`) looks up
   each device's own slice of the batch and keeps its pooled output there: it leaves the
