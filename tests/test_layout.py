@@ -264,9 +264,10 @@ def retired(token: str) -> bool:
     """A results file whose last run was retired (`benchmarks/results/retired/README.md`): a
     script still writes there, and its rerun will."""
     results = "benchmarks/results/"
-    return token.startswith(results) and (
-        ROOT / results / "retired" / token.removeprefix(results)
-    ).exists()
+    return (
+        token.startswith(results)
+        and (ROOT / results / "retired" / token.removeprefix(results)).exists()
+    )
 
 
 def test_the_path_check_finds_a_missing_file():
