@@ -6,6 +6,8 @@ Run (from a clean checkout; `--model` saves the 5-minute training on fbgemm):
         [--search-budget 40] [--refine-seconds 30] [--rnn RNN.pt] [--backend fbgemm]
         [--out REPORT.md] [--resume]
 Smoke run: --backend simulated --train-backend simulated --train-iterations 2 --rounds 2
+Issue 28's target run (`--split auto` against the strongest heuristic, 12 tasks), its rows only:
+    --tasks 3 --planners search_analytic,"dreamshard (split auto)"
 Issue 12's target run (8 tasks, about 80 min with --model): --tasks 2 --rounds 5
 
 Time on a quiet 2-core CPU host, fbgemm: one measurement takes about 2 s (cpu-50x4), 3 s
@@ -82,6 +84,18 @@ RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
 SUITE_NAME = "compare_planners"  # the dataset records' suite
 MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
+ALWAYS = {"random", "dim", "size", "lookup", "size_lookup", "dreamshard"}  # the references
+OPTIONAL = (  # the other rows, in report order (`--planners`)
+    "torchrec",
+    "torchrec (no reserve)",
+    "rnn",
+    "search_analytic",
+    SPLIT_AUTO,
+    "dreamshard_search",
+    REFINED,
+    "milp",
+    BEST_KNOWN,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -120,6 +134,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measured refinement per task for dreamshard_refined (at least 3 rounds)",
     )
     parser.add_argument("--milp-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--planners",
+        default="all",
+        help="the planners compared, comma-separated (default all: "
+        + ", ".join(OPTIONAL)
+        + "); random, the four heuristics and dreamshard are always compared. Leaving out "
+        "best_known, dreamshard_refined and rnn saves their measurements and training",
+    )
     parser.add_argument("--backend", default="fbgemm", choices=["fbgemm", "simulated"])
     parser.add_argument("--out", default=str(RESULTS), help="the report (.json, .csv beside)")
     parser.add_argument(
@@ -128,7 +150,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="go on from the stored placements and measurements of a killed run (default: fresh)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.planners = chosen_planners(args.planners)
+    return args
+
+
+def chosen_planners(names: str) -> list[str]:
+    """The optional planners named (all of `OPTIONAL` for "all"), in report order."""
+    if names == "all":
+        return list(OPTIONAL)
+    wanted = {name.strip() for name in names.split(",") if name.strip()}
+    unknown = sorted(wanted - set(OPTIONAL) - ALWAYS)
+    if unknown:
+        raise DreamshardError(
+            f"--planners: unknown {', '.join(unknown)}; choose among {', '.join(OPTIONAL)}"
+        )
+    return [name for name in OPTIONAL if name in wanted]
 
 
 def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
@@ -149,7 +186,9 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
     return train_for_run(config, log, fresh=False)
 
 
-def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnPlacer, str]:
+def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnPlacer | None, str]:
+    if "rnn" not in args.planners:
+        return None, "not compared (--planners)"
     if args.rnn:
         placer = load_rnn(args.rnn)
         return placer, f"{args.rnn} ({placer.num_devices} devices)"
@@ -225,9 +264,12 @@ def make_planners(args, model, placer, best_known: BestKnown, refine_backend, st
         "milp": milp,
     }
     planners = {
-        name: best_known.recorded(name, store.planner(name, fn)) for name, fn in planners.items()
+        name: best_known.recorded(name, store.planner(name, fn))
+        for name, fn in planners.items()
+        if name in ALWAYS or name in args.planners
     }
-    planners[BEST_KNOWN] = store.planner(BEST_KNOWN, best_known)
+    if BEST_KNOWN in args.planners:
+        planners[BEST_KNOWN] = store.planner(BEST_KNOWN, best_known)
     return planners
 
 
@@ -254,6 +296,7 @@ def planning_settings(args: argparse.Namespace) -> dict:
         "refine_seconds": args.refine_seconds,
         "milp_seconds": args.milp_seconds,
         "seed": args.seed,
+        "planners": args.planners,
     }
 
 
@@ -293,8 +336,8 @@ def run_benchmark(args: argparse.Namespace, log) -> Run:
     planned_now = float(evaluation.plan_seconds.sum())  # this session's part of the evaluation
     store.restore_seconds(evaluation)
     by_planner = evaluation.plan_seconds.sum(axis=0)
-    searching_s = float(by_planner[evaluation.planners.index(BEST_KNOWN)])
-    refining_s = float(by_planner[evaluation.planners.index(REFINED)])
+    seconds_of = dict(zip(evaluation.planners, by_planner.tolist()))
+    searching_s, refining_s = seconds_of.get(BEST_KNOWN, 0.0), seconds_of.get(REFINED, 0.0)
     seconds = {
         "model": trained - began,
         "rnn": ready - trained,

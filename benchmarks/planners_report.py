@@ -86,30 +86,46 @@ HEADLINE = {  # column: a planner's name or one of `REFERENCES`
 }
 
 
+def known(evaluation: Evaluation, reference: str) -> bool:
+    """Whether the run has `reference`: one of `REFERENCES`, or a planner it compared."""
+    return reference in REFERENCES or reference in evaluation.planners
+
+
 def dreamshard_ratios(view: Evaluation) -> dict[str, np.ndarray]:
-    """Per headline column, dreamshard's ratio per task (NaN where the reference declined)."""
+    """Per headline column the run has, dreamshard's ratio per task (NaN where the reference
+    declined)."""
     j = view.planners.index("dreamshard")
-    return {label: view.ratios(reference)[:, j] for label, reference in HEADLINE.items()}
+    return {
+        label: view.ratios(reference)[:, j]
+        for label, reference in HEADLINE.items()
+        if known(view, reference)
+    }
 
 
 def headline(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
     """Where dreamshard stands, per suite and over every task."""
     per_suite = {name: dreamshard_ratios(view) for name, view in views.items()}
+    labels = list(next(iter(per_suite.values())))
     per_suite["all tasks"] = {
-        label: np.concatenate([s[label] for s in per_suite.values()]) for label in HEADLINE
+        label: np.concatenate([s[label] for s in per_suite.values()]) for label in labels
     }
     rows = [
         [name, *(range_cell(summarise(v), len(v)) for v in values.values())]
         for name, values in per_suite.items()
     ]
-    torchrec = evaluation.planners.index("torchrec")
-    rejected = sum(p[torchrec] is None for p in evaluation.placements)
+    note = "`-` or [k/n]: compared only where both placed."
+    if "torchrec" in evaluation.planners:
+        torchrec = evaluation.planners.index("torchrec")
+        rejected = sum(p[torchrec] is None for p in evaluation.placements)
+        note = (
+            f"TorchRec's planner with its own reservation declined {rejected} of "
+            f"{len(evaluation.tasks)} tasks; " + note
+        )
     return (
         f"## Headline: dreamshard's cost ({evaluation.backend} backend) relative to ...\n\n"
-        + fenced_table(" | ".join(["suite", *HEADLINE]), rows)
+        + fenced_table(" | ".join(["suite", *labels]), rows)
         + "\n\n"
-        f"TorchRec's planner with its own reservation declined {rejected} of "
-        f"{len(evaluation.tasks)} tasks; `-` or [k/n]: compared only where both placed."
+        + note
     )
 
 
@@ -121,7 +137,7 @@ def targets_section(evaluation: Evaluation, views: dict[str, Evaluation]) -> str
     """
     rows = []
     for planner, reference, at_most, upper in TARGETS:
-        if planner not in evaluation.planners:
+        if planner not in evaluation.planners or not known(evaluation, reference):
             continue
         per_suite = {name: view.log_ratios(planner, reference) for name, view in views.items()}
         what = f"{planner} vs {SAYS.get(reference, reference)}"
@@ -293,9 +309,15 @@ def render(run, args: argparse.Namespace, command: str) -> tuple[str, dict]:
             headline(evaluation, views),
             *sections,
             declines_section(evaluation),
-            milp_section(evaluation, run.logs["milp"]),
-            refine_section(evaluation, run.logs["refine"]),
-            search_section(evaluation, run.logs[BEST_KNOWN]),
+            *(
+                section(evaluation, run.logs[log])
+                for name, section, log in (
+                    ("milp", milp_section, "milp"),
+                    (REFINED, refine_section, "refine"),
+                    (BEST_KNOWN, search_section, BEST_KNOWN),
+                )
+                if name in evaluation.planners
+            ),
         ]
     )
     return report, summaries

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import load_benchmark
 
+from dreamshard.errors import DreamshardError
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, is_legal
 from dreamshard.tables.shards import Split
@@ -212,3 +213,25 @@ def test_a_resumed_run_places_as_the_killed_one_did(tmp_path):
 
     with pytest.raises(DreamshardError, match="search_budget"):
         PlanStore(path, {"search_budget": 20}, resume=True)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_planners_chosen_leave_the_others_out_and_keep_their_target(
+    tmp_path, monkeypatch, toy_model_path
+):
+    monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
+    out = tmp_path / "planners.md"
+    chosen = ["--planners", "dreamshard (split auto)"]
+    report = load_benchmark("compare_planners").main(arguments(toy_model_path, out, 1, *chosen))
+
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["planners"] == [*PLANNERS[:5], "dreamshard", "dreamshard (split auto)"]
+    assert data["measurements"].get("refinement", 0) == 0 and not data["best_known_search"]
+    line = r"^dreamshard \(split auto\) vs the strongest fixed heuristic +all tasks .*(yes|no)$"
+    assert re.search(line, report, re.MULTILINE)
+    assert "vs search_analytic" not in report  # a reference the run does not have
+
+    with pytest.raises(DreamshardError, match="unknown lookahead"):
+        load_benchmark("compare_planners").main(
+            arguments(toy_model_path, out, 1, "--planners", "lookahead")
+        )
