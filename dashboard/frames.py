@@ -27,6 +27,14 @@ def cost_source(backend: str) -> str:
     return "measured" if backend == "fbgemm" else backend
 
 
+def cost_title(backend: str, costs_made: str) -> str:
+    """A per-device cost chart's title: what in it was measured and what modeled. On fbgemm
+    the kernels are timed but the all-to-all is modeled unless torchrun measured it."""
+    if backend == "fbgemm" and "all-to-all modeled" in costs_made:
+        return "Cost per device (kernels measured, all-to-all modeled)"
+    return f"{cost_source(backend).capitalize()} cost per device"
+
+
 def placement_tables(task: PlacementTask, placement: Placement) -> pd.DataFrame:
     """One row per shard placed (an unsplit table is its own shard): its name (a split table's
     shards are `name[c0:c1]` or `name[r0:r1]`), the table it is `of`, how that table is split

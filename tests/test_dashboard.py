@@ -428,3 +428,15 @@ def test_tables_from_text_names_the_file_not_a_temporary_path():
     assert len(tables_from_text(EXAMPLE_CSV)) == 6
     with pytest.raises(DreamshardError, match=r"^mine\.csv line 3: dim"):
         tables_from_text("name,rows,dim,pooling_factor\na,10,4,1\nb,10,x,1\n", "mine.csv")
+
+
+def test_a_cost_chart_says_which_costs_were_measured_and_which_modeled():
+    from dashboard.frames import cost_title
+    from dreamshard.costs.backends import describe_costs
+
+    kernels = {"backend": "fbgemm", "device": "cpu", "topology": "cpu-gloo"}
+    title = cost_title("fbgemm", describe_costs(kernels))
+    assert "kernels measured" in title and "all-to-all modeled" in title
+    measured = describe_costs(kernels | {"topology": "measured"})
+    assert cost_title("fbgemm", measured) == "Measured cost per device"
+    assert cost_title("simulated", "") == "Simulated cost per device"

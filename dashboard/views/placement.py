@@ -68,7 +68,10 @@ if splits:
 pictures, costs = st.columns(2)
 pictures.plotly_chart(plots.tables_figure(tables, task["num_devices"], cap_mib), width="stretch")
 costs.plotly_chart(
-    plots.cost_figure(result["devices"], f"{source.capitalize()} cost per device"),
+    plots.cost_figure(
+        result["devices"],
+        frames.cost_title(evaluation["backend"], evaluation.get("costs_made", "")),
+    ),
     width="stretch",
 )
 shown = (
@@ -76,7 +79,8 @@ shown = (
 )
 st.caption(
     f"{shown} on {task['num_devices']} devices, {task['precision']} weights; costs "
-    f"are means over {len(result['costs_ms'])} interleaved rounds ({source}). "
+    f"are means over {len(result['costs_ms'])} interleaved rounds "
+    f"({evaluation.get('costs_made') or source}). "
     "A step waits for the slowest device, so the overall cost is its stacked total."
 )
 
