@@ -29,6 +29,7 @@ benchmarks/results/ablation_fbgemm.md, its .json (every placement and measuremen
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from dreamshard.evaluation.ablation import (
     ablation_rows,
     measured_ratios,
     measured_rows,
+    measured_spearman,
     ratios,
     run_ablation,
 )
@@ -56,7 +58,7 @@ from dreamshard.evaluation.report_files import (
     write_report,
 )
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.learn.model_file import shipped_model
+from dreamshard.learn.model_file import resolve_model, shipped_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -87,6 +89,12 @@ def main() -> None:
         "--rounds", type=positive(int), default=5, help="interleaved rounds (fbgemm only)"
     )
     parser.add_argument("--model", help="trained model (default: trained by this run)")
+    parser.add_argument(
+        "--rerender",
+        action="store_true",
+        help="(fbgemm) write the report again from the run's .json beside --out, measuring "
+        "and training nothing (the trained model: --model, else the one the run trained)",
+    )
     parser.add_argument("--out", help=f"report (default {RESULTS} or, fbgemm, {RESULTS_FBGEMM})")
     args = parser.parse_args()
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -94,18 +102,31 @@ def main() -> None:
         config = TrainConfig(suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0)
     else:
         config = TrainConfig(suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0)
-    model, note = given_or_trained(args.model, config, say)
+    if args.rerender:  # no training: the run's own model
+        model = resolve_model(args.model or str(Path(config.out) / "model.pt"))
+        note = ""
+    else:
+        model, note = given_or_trained(args.model, config, say)
     torch.manual_seed(config.seed)
     untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     rows = ablation_rows(model, untrained.eval(), shipped_model())
     if args.backend == "fbgemm":
+        out = args.out or RESULTS_FBGEMM
+        models = {"trained": model, "shipped": shipped_model()}
+        if args.rerender:  # the report again from the run's stored evaluation
+            data = json.loads(Path(out).with_suffix(".json").read_text())
+            evaluation = Evaluation.from_dict(data)
+            command = data["command"].removeprefix("benchmarks/ablation.py").strip()
+            note = data["model"] + "; this report re-rendered from its .json (`--rerender`)"
+            write_report(out, measured_report(evaluation, note, models, command))
+            return
         backend = make_backend("fbgemm")
         tasks = ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
         with one_thread():
             evaluation = evaluate(tasks, measured_rows(rows), backend, rounds=args.rounds)
-        out = args.out or RESULTS_FBGEMM
-        write_evaluation(evaluation, out, {"model": note, "command": " ".join(sys.argv)})
-        write_report(out, measured_report(evaluation, note))
+        command = " ".join(sys.argv[1:])
+        write_evaluation(evaluation, out, {"model": note, "command": command})
+        write_report(out, measured_report(evaluation, note, models, command))
         return
     groups = {}
     for suite in args.suites.split(","):
@@ -119,8 +140,9 @@ def main() -> None:
     write_report(args.out or RESULTS, report(results, note), {"model": note, "groups": results})
 
 
-def measured_report(evaluation: Evaluation, note: str) -> str:
-    """The real-kernel half: each row's paired ratio to the per-task best heuristic."""
+def measured_report(evaluation: Evaluation, note: str, models: dict, command: str) -> str:
+    """The real-kernel half: each row's paired ratio to the per-task best heuristic, and how
+    well each model's cost network ranks the placements measured."""
     rounds, tasks = evaluation.costs.shape[:2]
     plan_ms = dict(zip(measured_ratios(evaluation), evaluation.plan_seconds.mean(axis=0) * 1000))
     table = [
@@ -135,7 +157,7 @@ def measured_report(evaluation: Evaluation, note: str) -> str:
         [
             "# What each part of the default planner buys (real kernels)",
             "",
-            f"Command: `.venv/bin/python benchmarks/ablation.py {' '.join(sys.argv[1:])}`",
+            f"Command: `.venv/bin/python benchmarks/ablation.py {command}`",
             "",
             f"{host_note()}. Costs: {evaluation.costs_made}. Whole tables.",
             f"Tasks, fixed before the run: {tasks} out-of-distribution tasks at cpu scale "
@@ -157,6 +179,15 @@ def measured_report(evaluation: Evaluation, note: str) -> str:
                 + ("met" if r <= TARGET_KERNELS[0] and hi <= TARGET_KERNELS[1] else "not met")
                 for name, (r, lo, hi, _) in measured_ratios(evaluation).items()
                 if name.startswith("default planner")
+            )
+            + ".",
+            "",
+            "The cost networks on these measurements: the Spearman correlation, within a task, "
+            "of a network's predicted overall with the measured mean over its distinct "
+            "placements, mean over tasks: "
+            + "; ".join(
+                f"{name} {np.nanmean(measured_spearman(evaluation, m)):.3f}"
+                for name, m in models.items()
             )
             + ".",
         ]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.rounds import bootstrap_paired
+from dreamshard.evaluation.rounds import bootstrap_paired, spearman
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
@@ -128,3 +128,18 @@ def measured_ratios(evaluation: Evaluation) -> dict[str, tuple[float, float, flo
         )
         for name in evaluation.planners
     }
+
+
+def measured_spearman(evaluation: Evaluation, model: DreamShardModel) -> np.ndarray:
+    """Per task, the Spearman correlation of the model's predicted overall with the measured
+    mean over the rounds, over the task's distinct placements (NaN below three)."""
+    found = []
+    for t, task in enumerate(evaluation.tasks):
+        distinct = {}
+        for j, placement in enumerate(evaluation.placements[t]):
+            if placement is not None:
+                distinct.setdefault((placement.devices, placement.splits), (j, placement))
+        measured = [float(evaluation.costs[:, t, j].mean()) for j, _ in distinct.values()]
+        predicted = [model.costnet.predict_ms(task, p)[1] for _, p in distinct.values()]
+        found.append(spearman(predicted, measured) if len(distinct) >= 3 else float("nan"))
+    return np.array(found)
