@@ -97,6 +97,8 @@ def main() -> None:
     )
     parser.add_argument("--out", help=f"report (default {RESULTS} or, fbgemm, {RESULTS_FBGEMM})")
     args = parser.parse_args()
+    if args.rerender and args.backend != "fbgemm":
+        parser.error("--rerender re-renders a --backend fbgemm run only")
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     if args.backend == "fbgemm":  # the learned rows on a network fine-tuned on this host
         config = TrainConfig(suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0)
@@ -111,22 +113,7 @@ def main() -> None:
     untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
     rows = ablation_rows(model, untrained.eval(), shipped_model())
     if args.backend == "fbgemm":
-        out = args.out or RESULTS_FBGEMM
-        models = {"trained": model, "shipped": shipped_model()}
-        if args.rerender:  # the report again from the run's stored evaluation
-            data = json.loads(Path(out).with_suffix(".json").read_text())
-            evaluation = Evaluation.from_dict(data)
-            command = data["command"].removeprefix("benchmarks/ablation.py").strip()
-            note = data["model"] + "; this report re-rendered from its .json (`--rerender`)"
-            write_report(out, measured_report(evaluation, note, models, command))
-            return
-        backend = make_backend("fbgemm")
-        tasks = ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
-        with one_thread():
-            evaluation = evaluate(tasks, measured_rows(rows), backend, rounds=args.rounds)
-        command = " ".join(sys.argv[1:])
-        write_evaluation(evaluation, out, {"model": note, "command": command})
-        write_report(out, measured_report(evaluation, note, models, command))
+        kernels(args, rows, {"trained": model, "shipped": shipped_model()}, note)
         return
     groups = {}
     for suite in args.suites.split(","):
@@ -138,6 +125,28 @@ def main() -> None:
         for name, tasks in groups.items():
             results[name] = run_ablation(tasks, rows, lambda t, p: judge.measure(t, p).overall, say)
     write_report(args.out or RESULTS, report(results, note), {"model": note, "groups": results})
+
+
+def kernels(args: argparse.Namespace, rows: dict, models: dict, note: str) -> None:
+    """The real-kernel half: measure every row's plans in interleaved rounds and report, or
+    (`--rerender`) report again from the run's stored evaluation."""
+    out = Path(args.out or RESULTS_FBGEMM)
+    if args.rerender:
+        stored = out.with_suffix(".json")
+        if not stored.is_file():
+            raise SystemExit(f"ablation: error: no run to re-render: {stored} does not exist")
+        data = json.loads(stored.read_text())
+        command = data["command"].removeprefix("benchmarks/ablation.py").strip()
+        note = data["model"] + "; this report re-rendered from its .json (`--rerender`)"
+        write_report(out, measured_report(Evaluation.from_dict(data), note, models, command))
+        return
+    backend = make_backend("fbgemm")
+    tasks = ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
+    with one_thread():
+        evaluation = evaluate(tasks, measured_rows(rows), backend, rounds=args.rounds)
+    command = " ".join(sys.argv[1:])
+    write_evaluation(evaluation, out, {"model": note, "command": command})
+    write_report(out, measured_report(evaluation, note, models, command))
 
 
 def measured_report(evaluation: Evaluation, note: str, models: dict, command: str) -> str:
