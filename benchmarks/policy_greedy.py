@@ -33,7 +33,6 @@ import torch
 from dreamshard.cli.args import positive
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.models import trained_on
-from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
 from dreamshard.learn.model_file import resolve_model
@@ -144,8 +143,8 @@ def report(rows: list[dict], note: str) -> str:
             f"(target at most {TARGET_QUALITY} at the upper end: "
             f"{'met' if met_quality else 'not met'}); time ratio {geometric_mean(times):.2f} "
             f"geometric mean, {times.max():.2f} at most (target at most {TARGET_TIME} on every "
-            f"task: {'met' if met_time else 'not met'}). Quality over tasks: "
-            f"{interval_cell(quality)}.",
+            f"task: {'met' if met_time else 'not met'}). The default planner's search runs "
+            "against a deadline, so on a busier host it stops sooner and the quality gap narrows.",
         ]
     )
 
