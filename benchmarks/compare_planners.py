@@ -85,10 +85,11 @@ SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
 SUITE_NAME = "compare_planners"  # the dataset records' suite
 MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
 ALWAYS = {"random", "dim", "size", "lookup", "size_lookup", "dreamshard"}  # the references
+RNN = "rnn"  # the row of the RNN placer, trained by the run unless --rnn names one
 OPTIONAL = (  # the other rows, in report order (`--planners`)
     "torchrec",
     "torchrec (no reserve)",
-    "rnn",
+    RNN,
     "search_analytic",
     SPLIT_AUTO,
     "dreamshard_search",
@@ -187,7 +188,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
 
 
 def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnPlacer | None, str]:
-    if "rnn" not in args.planners:
+    if RNN not in args.planners:
         return None, "not compared (--planners)"
     if args.rnn:
         placer = load_rnn(args.rnn)

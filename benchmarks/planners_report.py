@@ -114,8 +114,8 @@ def headline(evaluation: Evaluation, views: dict[str, Evaluation]) -> str:
         for name, values in per_suite.items()
     ]
     note = "`-` or [k/n]: compared only where both placed."
-    if "torchrec" in evaluation.planners:
-        torchrec = evaluation.planners.index("torchrec")
+    if known(evaluation, HEADLINE["vs torchrec"]):
+        torchrec = evaluation.planners.index(HEADLINE["vs torchrec"])
         rejected = sum(p[torchrec] is None for p in evaluation.placements)
         note = (
             f"TorchRec's planner with its own reservation declined {rejected} of "
