@@ -111,9 +111,10 @@ def main() -> None:
         model, note = given_or_trained(args.model, config, say)
     torch.manual_seed(config.seed)
     untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
-    rows = ablation_rows(model, untrained.eval(), shipped_model())
+    shipped = shipped_model()
+    rows = ablation_rows(model, untrained.eval(), shipped)
     if args.backend == "fbgemm":
-        kernels(args, rows, {"trained": model, "shipped": shipped_model()}, note)
+        kernels(args, rows, {"trained": model, "shipped": shipped}, note)
         return
     groups = {}
     for suite in args.suites.split(","):

@@ -74,7 +74,7 @@ from dreamshard.learn.policy import single_table_costs as alone_costs
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import TrainConfig
-from dreamshard.placement.registry import baseline_planners, named_planner
+from dreamshard.placement.registry import baseline_planners, method_names, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.milp import MilpResult, solve_milp
@@ -84,7 +84,6 @@ RESULTS = Path(__file__).parent / "results" / "planners.md"
 SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"
 SUITE_NAME = "compare_planners"  # the dataset records' suite
 MILP_GAP = 1e-3  # "optimal" within 0.1%: far below the cost network's own error
-ALWAYS = {"random", "dim", "size", "lookup", "size_lookup", "dreamshard"}  # the references
 RNN = "rnn"  # the row of the RNN placer, trained by the run unless --rnn names one
 OPTIONAL = (  # the other rows, in report order (`--planners`)
     "torchrec",
@@ -161,7 +160,8 @@ def chosen_planners(names: str) -> list[str]:
     if names == "all":
         return list(OPTIONAL)
     wanted = {name.strip() for name in names.split(",") if name.strip()}
-    unknown = sorted(wanted - set(OPTIONAL) - ALWAYS)
+    always = {*method_names("baseline", "heuristic"), "dreamshard"}  # every run compares them
+    unknown = sorted(wanted - set(OPTIONAL) - always)
     if unknown:
         raise DreamshardError(
             f"--planners: unknown {', '.join(unknown)}; choose among {', '.join(OPTIONAL)}"
@@ -267,7 +267,7 @@ def make_planners(args, model, placer, best_known: BestKnown, refine_backend, st
     planners = {
         name: best_known.recorded(name, store.planner(name, fn))
         for name, fn in planners.items()
-        if name in ALWAYS or name in args.planners
+        if name not in OPTIONAL or name in args.planners
     }
     if BEST_KNOWN in args.planners:
         planners[BEST_KNOWN] = store.planner(BEST_KNOWN, best_known)

@@ -14,13 +14,11 @@ from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
 from dreamshard.placement.packing import least_load_dive, search_assignment
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
-from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import (
     HEURISTIC_MARGIN,
-    PLACE_SEARCH_ROUNDS,
-    PLACE_SEARCH_SCORED,
     costnet_greedy,
     costnet_scorer,
+    costnet_search,
     dreamshard_place,
     predicted_overall,
 )
@@ -162,13 +160,7 @@ def test_the_planner_picks_what_the_reference_episodes_would_give(seed):
     scores = predicted_overall(model, task, candidates)
     best = candidates[int(np.argmin(scores))]
     # then the short search on the cost network from the best candidate
-    expected, _, _ = device_search(
-        task,
-        best,
-        costnet_model(costnet, task),
-        max_rounds=PLACE_SEARCH_ROUNDS,
-        max_scored=PLACE_SEARCH_SCORED,
-    )
+    expected, _ = costnet_search(task, costnet, best)
     # and the best heuristic's placement unless the winner is predicted a margin cheaper
     searched = predicted_overall(model, task, [expected])[0]
     heuristics = [greedy_place(task, key) for key in HEURISTIC_KEYS]

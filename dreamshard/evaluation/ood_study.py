@@ -106,15 +106,11 @@ def suite_residuals(model, judge: SimulatedBackend, log=print) -> list[float]:
     """`gain_residuals` on the held-out test tasks of the project's suites (`CALIBRATION_SUITES`,
     `SUITE_TASKS` each): tables of the data-set profile, the ones users place today. Their 90%
     quantile is what a confidence calibrated on them would be."""
-    model = resolve_model(model)
     planner = named_planner("dreamshard", model=model)
     residuals = []
     for name in CALIBRATION_SUITES:
         for task in make_suite(parse_suite_name(name, 1, SUITE_TASKS)).test_tasks:
-            placements = study_placements(task, planner)
-            costs = {n: judge.measure(task, p).overall for n, p in placements.items()}
-            first = [model.costnet.predict_ms(task, p)[1] for p in placements.values()]
-            residuals += gain_residuals(task, model, placements, costs, first)
+            residuals += study_task(task, planner, model, judge)["residuals"]
         log(f"{name}: gain residuals of {SUITE_TASKS} held-out tasks")
     return residuals
 
