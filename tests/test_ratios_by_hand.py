@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.rounds import bootstrap_interval
+from dreamshard.evaluation.rounds import bootstrap_interval, bootstrap_share
+from dreamshard.learn.shipped import gain_misses
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
 
@@ -63,3 +64,29 @@ def test_bootstrap_interval_by_hand():
     assert bootstrap_interval(np.array([0.5, 2.0]), level=0.8) == pytest.approx((0.5, 2.0))
     # a 40% interval: the 30% and 70% quantiles both fall on 1
     assert bootstrap_interval(np.array([0.5, 2.0]), level=0.4) == pytest.approx((1.0, 1.0))
+
+
+def test_bootstrap_share_by_hand():
+    # two groups, 1 of 1 and 0 of 3 covered: a resample holds both twice (share 1 or 0) or one
+    # of each (1/4), with chances 1/4, 1/4 and 1/2; the 2.5% and 97.5% quantiles are 0 and 1
+    # and a 40% interval's 30% and 70% quantiles both fall on 1/4
+    hits, counts = np.array([1, 0]), np.array([1, 3])
+    assert bootstrap_share(hits, counts) == pytest.approx((0.0, 1.0))
+    assert bootstrap_share(hits, counts, level=0.4) == pytest.approx((0.25, 0.25))
+    # one group: its own share, no spread
+    assert bootstrap_share(np.array([3]), np.array([4])) == pytest.approx((0.75, 0.75))
+
+
+def test_gain_misses_by_hand():
+    # placements 0 and 1 are heuristics; the members predict 0 cheaper on average (10.5 vs 11)
+    # so it is the reference. Placement 2's predicted gains over it are 1 - 9/10 = 0.1 and
+    # 1 - 8/11 = 3/11: mean 0.18636, standard deviation (n - 1) 0.12214; its true gain
+    # 1 - 9/12 = 0.25 lies (0.25 - 0.18636) / 0.12214 = 0.52103 spreads away. Placement 1's:
+    # gains 1 - 12/10 = -0.2 and 1 - 10/11 = 1/11, mean -0.054545, sd 0.20570; true gain
+    # 1 - 13/12 = -1/12: 0.028788 / 0.20570 = 0.13995 spreads.
+    predicted = np.array([[10.0, 12.0, 9.0], [11.0, 10.0, 8.0]])
+    true = np.array([12.0, 13.0, 9.0])
+    misses = gain_misses(predicted, true, [True, True, False])
+    assert misses == pytest.approx([0.13995, 0.52103], abs=1e-4)
+    # no heuristic to measure a gain from: no pairs
+    assert gain_misses(predicted, true, [False, False, False]) == []

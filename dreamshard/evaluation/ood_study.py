@@ -10,20 +10,29 @@ judge's over the heuristics', random and the planner's placements (at least 8 a 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.ood_families import ood_tasks
-from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean, spearman
+from dreamshard.evaluation.rounds import (
+    bootstrap_interval,
+    bootstrap_share,
+    geometric_mean,
+    spearman,
+)
 from dreamshard.learn.model_file import resolve_model
+from dreamshard.learn.shipped import gain_misses
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, random_place
 from dreamshard.placement.registry import named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
-from dreamshard.planners.dreamshard_planner import ensemble_scores
+from dreamshard.planners.dreamshard_planner import (
+    ensemble_scores,
+    predicted_overall,
+    ranked_candidates,
+)
 
 RANDOM_PLACEMENTS = 4
 # the suites a confidence could be calibrated on instead of the family (`calibration_check`)
@@ -52,8 +61,9 @@ def study_placements(task: PlacementTask, planner: Callable) -> dict[str, Placem
 
 
 def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBackend) -> dict:
-    """One task: the heuristics' and the planner's costs under the judge, and the model's
-    accuracy over at least eight placements."""
+    """One task: the heuristics' and the planner's costs under the judge, the model's accuracy
+    over at least eight placements, and its confidence's misses (`gain_misses`) on the
+    candidates the planner weighs and on those eight placements."""
     placements = study_placements(task, planner)
     true = {name: judge.measure(task, p) for name, p in placements.items()}
     predicted = {name: model.costnet.predict_ms(task, p) for name, p in placements.items()}
@@ -75,42 +85,45 @@ def study_task(task: PlacementTask, planner: Callable, model, judge: SimulatedBa
         "ratio": costs["dreamshard"] / best,
         "device_mape": float(np.mean(errors)),
         "spearman": spearman(first, [costs[n] for n in placements]),
-        "residuals": gain_residuals(task, model, placements, costs, first),
+        "residuals": candidate_misses(task, model, judge),
+        "placement_residuals": placement_misses(task, model, placements, costs, first),
     }
 
 
-def gain_residuals(task, model, placements: dict, costs: dict, first: list[float]) -> list[float]:
-    """For each placement but the heuristic predicted cheapest (the reference), how far its
-    true gain over the reference lies from the ensemble's mean predicted gain, in ensemble
-    standard deviations (0 where the members agree and are right, inf where they agree and are
-    wrong); a nominal 90% interval covers the gain when this is at most the model's z90. Empty
-    for a model without an ensemble. `first`: the model's own network's predicted overall of
-    each placement."""
+def candidate_misses(task: PlacementTask, model, judge: SimulatedBackend) -> list[float]:
+    """`gain_misses` over every candidate the default planner weighs for `task` (seed 0, eight
+    samples: the (task, candidate) pairs the confidence is about), the reference being the
+    heuristic candidate the ensemble predicts cheapest. Empty without an ensemble."""
     if not model.ensemble:
         return []
-    names = list(placements)
+    candidates = [placement for placement, _ in ranked_candidates(task, model)]
+    first = predicted_overall(model, task, candidates)
+    members = ensemble_scores(model, task, candidates, first)
+    true = np.array([judge.measure(task, p).overall for p in candidates])
+    heuristic = [p.candidate.startswith("heuristic ") for p in candidates]
+    return gain_misses(members, true, heuristic)
+
+
+def placement_misses(task, model, placements: dict, costs: dict, first: list[float]) -> list:
+    """`gain_misses` over the study's placements (`study_placements`: the heuristics', the
+    planner's and random ones), the reference being the heuristic the ensemble predicts
+    cheapest; `first`: the model's own network's predicted overall of each. Empty without an
+    ensemble."""
+    if not model.ensemble:
+        return []
     members = ensemble_scores(model, task, list(placements.values()), first)
-    ref = min((names.index(k) for k in HEURISTIC_KEYS), key=lambda i: members[:, i].mean())
-    residuals = []
-    for i, name in enumerate(names):
-        if i == ref:
-            continue
-        gains = 1 - members[:, i] / members[:, ref]
-        miss = abs(1 - costs[name] / costs[names[ref]] - gains.mean())
-        spread = gains.std(ddof=1)
-        residuals.append(float(miss / spread) if spread > 0 else (0.0 if miss == 0 else math.inf))
-    return residuals
+    true = np.array([costs[name] for name in placements])
+    return gain_misses(members, true, [name in HEURISTIC_KEYS for name in placements])
 
 
 def suite_residuals(model, judge: SimulatedBackend, log=print) -> list[float]:
-    """`gain_residuals` on the held-out test tasks of the project's suites (`CALIBRATION_SUITES`,
-    `SUITE_TASKS` each): tables of the data-set profile, the ones users place today. Their 90%
-    quantile is what a confidence calibrated on them would be."""
-    planner = named_planner("dreamshard", model=model)
+    """`candidate_misses` on the held-out test tasks of the project's suites
+    (`CALIBRATION_SUITES`, `SUITE_TASKS` each): tables of the data-set profile, the ones users
+    place today. Their 90% quantile is what a confidence calibrated on them would be."""
     residuals = []
     for name in CALIBRATION_SUITES:
         for task in make_suite(parse_suite_name(name, 1, SUITE_TASKS)).test_tasks:
-            residuals += study_task(task, planner, model, judge)["residuals"]
+            residuals += candidate_misses(task, model, judge)
         log(f"{name}: gain residuals of {SUITE_TASKS} held-out tasks")
     return residuals
 
@@ -156,24 +169,33 @@ def summarise(rows: list[dict], z90: float | None) -> dict:
             "above_target": int((ratios > TARGET_WORST).sum()),
             "device_mape": float(np.mean([r["device_mape"] for r in subset])),
             "spearman": float(np.nanmean([r["spearman"] for r in subset])),
-            "coverage": coverage([x for r in subset for x in r["residuals"]], z90),
+            "coverage": coverage([r["residuals"] for r in subset], z90),
+            "placement_coverage": coverage([r["placement_residuals"] for r in subset], z90),
         }
     return out
 
 
-def coverage(residuals: list[float], z90: float | None) -> list[float] | None:
-    """[share of the pairs whose nominal 90% interval (z90 spreads) covers the true gain,
-    pairs], or None without pairs or calibration."""
-    if not residuals or z90 is None:
+def coverage(per_task: list[list[float]], z90: float | None) -> dict | None:
+    """How many (task, pair) misses a nominal 90% interval (z90 spreads) covers: the share,
+    the pairs, and a 95% interval of the share with tasks resampled (a task's pairs move
+    together), or None without pairs or calibration."""
+    per_task = [np.asarray(misses) for misses in per_task if len(misses)]
+    if not per_task or z90 is None:
         return None
-    return [float(np.mean(np.array(residuals) <= z90)), len(residuals)]
+    covered = np.array([(misses <= z90).sum() for misses in per_task])
+    pairs = np.array([misses.size for misses in per_task])
+    return {
+        "share": float(covered.sum() / pairs.sum()),
+        "pairs": int(pairs.sum()),
+        "interval": list(bootstrap_share(covered, pairs)),
+    }
 
 
 def calibration_check(rows: list[dict], z90: float | None, suites: list[float]) -> dict:
     """The coverage on these tasks at the model's z90 and at a z90 calibrated on the suites'
     residuals instead, and these tasks' own 90% quantile (what would have covered 90%)."""
-    ood = [x for r in rows for x in r["residuals"]]
-    if not ood or not suites:
+    ood = [r["residuals"] for r in rows]
+    if not any(ood) or not suites:
         return {}
     suites_z90 = float(np.quantile(suites, 0.9))
     return {
@@ -182,5 +204,5 @@ def calibration_check(rows: list[dict], z90: float | None, suites: list[float]) 
         "suites_z90": suites_z90,
         "suite_pairs": len(suites),
         "coverage_at_suites_z90": coverage(ood, suites_z90),
-        "own_z90": float(np.quantile(ood, 0.9)),
+        "own_z90": float(np.quantile([x for misses in ood for x in misses], 0.9)),
     }

@@ -114,6 +114,22 @@ def bootstrap_interval(
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
+def bootstrap_share(
+    hits: np.ndarray, counts: np.ndarray, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A bootstrap interval of a share pooled over groups (`hits` of `counts` in each group;
+    groups resampled with replacement, so pairs of one group move together)."""
+    hits, counts = np.asarray(hits, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    if hits.size < 2:
+        value = float(hits.sum() / counts.sum()) if counts.sum() else float("nan")
+        return value, value
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, hits.size, size=(resamples, hits.size))
+    shares = hits[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    tail = (1 - level) / 2
+    return float(np.quantile(shares, tail)), float(np.quantile(shares, 1 - tail))
+
+
 def bootstrap_paired(
     logs: np.ndarray, level: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float, float, int]:
