@@ -78,3 +78,66 @@ def load_table_source(args: argparse.Namespace) -> list[Table]:
     from dreamshard.tables.sources import load_tables
 
     return load_tables(args.tables, _table_ids(args.table_ids), args.dim or None)
+
+
+def constraint_options(parser: argparse.ArgumentParser) -> None:
+    """`--pin`, `--together`, `--apart`, `--no-split` and `--constraints FILE`
+    (`placement.constraints`), each flag repeatable."""
+    group = parser.add_argument_group(
+        "constraints (every method honours them; a set that cannot hold is an error)"
+    )
+    group.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="TABLE=DEVICE",
+        help="put TABLE on DEVICE (0-based); repeatable",
+    )
+    group.add_argument(
+        "--together",
+        action="append",
+        default=[],
+        metavar="T1,T2,...",
+        help="put these tables on one device; repeatable (groups sharing a table merge)",
+    )
+    group.add_argument(
+        "--apart",
+        action="append",
+        default=[],
+        metavar="T1,T2,...",
+        help="put each of these tables on a different device; repeatable",
+    )
+    group.add_argument(
+        "--no-split",
+        action="append",
+        default=[],
+        metavar="TABLE[,TABLE...]",
+        help="never split these tables (--split auto splits the others as it chooses); "
+        "tables any constraint names are never split",
+    )
+    group.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help='a JSON file of many: {"pin": {"t3": 0}, "together": [["t1", "t2"]], '
+        '"apart": [["t4", "t5"]], "no_split": ["t6"]}, every key optional; the flags add to it',
+    )
+
+
+def constraints_from(args: argparse.Namespace):
+    """The constraints the flags and `--constraints FILE` ask for (None: none)."""
+    from dreamshard.placement.constraints import (
+        Constraints,
+        parse_group,
+        parse_pin,
+        read_constraints,
+    )
+
+    found = read_constraints(args.constraints) if args.constraints else Constraints()
+    flags = Constraints(
+        tuple(parse_pin(text) for text in args.pin),
+        tuple(parse_group(text, "--together") for text in args.together),
+        tuple(parse_group(text, "--apart") for text in args.apart),
+        tuple(n.strip() for text in args.no_split for n in text.split(",") if n.strip()),
+    )
+    found = found.merged(flags)
+    return found if found else None

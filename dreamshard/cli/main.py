@@ -14,10 +14,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dreamshard.cli.args import load_table_source, positive, table_source_options, topology_name
+from dreamshard.cli.args import (
+    constraint_options,
+    constraints_from,
+    load_table_source,
+    positive,
+    table_source_options,
+    topology_name,
+)
 from dreamshard.costs.backends import BACKENDS
 from dreamshard.costs.comm import TOPOLOGY_HELP, get_topology, hosts_topology
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.constraints import bind, describe_constraints
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
 from dreamshard.placement.registry import (
     MODEL,
@@ -95,8 +103,15 @@ def cmd_place(args: argparse.Namespace) -> None:
     tables = load_table_source(args)
     cap = int(args.mem_gb * GIB)
     task = PlacementTask(
-        tuple(tables), args.devices, cap, args.precision, str(args.tables), args.optimizer
+        tuple(tables),
+        args.devices,
+        cap,
+        args.precision,
+        str(args.tables),
+        args.optimizer,
+        constraints_from(args),
     )
+    bind(task)  # constraints that cannot hold: one line before any planning
     topology = args.topology
     if args.hosts is not None:
         if topology is None:
@@ -152,6 +167,8 @@ def cmd_place(args: argparse.Namespace) -> None:
         print(f"chosen by {judge}: {placement.candidate}{named}")
     for split in placement.splits:
         print(f"split: {describe_split(split)}")
+    if task.constraints:
+        print(f"constraints held: {describe_constraints(task.constraints)}")
     if note:
         print(f"note: {note}; the heuristics are among the candidates", file=sys.stderr)
     print(format_table(headers, device_rows(task, placement)))
@@ -378,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--refine: time budget in seconds (default 60; at least 3 rounds are measured)",
     )
+    constraint_options(pl)
     pl.add_argument("--out", help="write the plan JSON here")
     pl.add_argument(
         "--format",

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dreamshard.costs.comm import get_topology
 from dreamshard.errors import DreamshardError
@@ -118,8 +118,10 @@ def torchrec_request(
     configs = bag_configs(task.tables, task.precision)
     host_size = get_topology(topology).host_size(task.num_devices) if topology else 0
     constraints = {}
+    whole = set(task.constraints.no_split) if task.constraints else set()
     for t in task.tables:
-        types, min_partition = sharding_options(t, task.num_devices, split, host_size)
+        kind = "none" if t.name in whole else split  # --no-split: table-wise for TorchRec too
+        types, min_partition = sharding_options(t, task.num_devices, kind, host_size)
         constraints[t.name] = ParameterConstraints(
             sharding_types=types,
             # TorchRec's fused kernel, or its dense one for data-parallel (its only one there)
@@ -390,6 +392,15 @@ class TorchRecMethod(BasePlanner):
     name = "torchrec"
 
     def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        constraints = options.constraints if options.constraints is not None else task.constraints
+        if constraints and (constraints.pins or constraints.together or constraints.apart):
+            raise DreamshardError(
+                "TorchRec's planner has no pin, together or apart constraints (its "
+                "ParameterConstraints has none); drop --pin/--together/--apart or choose "
+                "another --method"
+            )
+        if constraints:
+            task = replace(task, constraints=constraints)
         return torchrec_place(task, options.seed, options.reserve, options.split, options.topology)
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:

@@ -100,11 +100,13 @@ def single_table_costs(costnet: CostNet, tables) -> tuple[torch.Tensor, np.ndarr
 
 def table_order(task: PlacementTask, costnet: CostNet):
     """(features, cost encodings, the placing order, its CompletionGuard) of a task's tables:
-    descending predicted single-table cost, ties by index."""
+    descending predicted single-table cost, ties by index (pinned tables first and together
+    groups in one run, where the task has constraints)."""
     features = torch.from_numpy(feature_matrix(task.tables))
     cost_encoded, single = single_table_costs(costnet, task.tables)
     order = sorted(range(len(task.tables)), key=lambda i: (-single[i], i))
-    return features, cost_encoded, order, CompletionGuard(task, order)
+    guard = CompletionGuard(task, order)  # its order puts the constrained tables first
+    return features, cost_encoded, guard.order, guard
 
 
 class Lookahead:
@@ -294,7 +296,7 @@ class PlacementPolicy(nn.Module):
                 placed = ahead.with_table(cost_sum.numpy(), cost_encoded[table].numpy())
                 logits = logits - self.lookahead * torch.from_numpy(ahead.regret(table, placed))
             action, log_p, entropy, stuck = masked_choice(
-                logits, guard.mask(step, used), greedy, generator
+                logits, guard.mask(step, used, devices), greedy, generator
             )
             legal &= ~stuck
             log_probs.append(log_p)
@@ -458,6 +460,7 @@ def fast_rollout(
     cached = cached.reshape(e, d, *cached.shape[1:])
     used = np.zeros((e, d), dtype=np.int64)
     actions = np.empty((t, e), dtype=np.int64)
+    table_device = np.full((e, t), -1, dtype=np.int64)  # for the constraints' mask
     log_prob, entropy = np.zeros(e, dtype=np.float32), np.zeros(e, dtype=np.float32)
     legal, rows = np.ones(e, dtype=bool), np.arange(e)
     ahead = Lookahead(task, costnet, e) if policy.lookahead is not None else None
@@ -471,6 +474,7 @@ def fast_rollout(
             if projected > deadline.at and e > greedy:  # the samples would not finish
                 e, rows = greedy, rows[:greedy]
                 state, cached, used, actions = state[:e], cached[:e], used[:e], actions[:, :e]
+                table_device = table_device[:e]
                 log_prob, entropy, legal = log_prob[:e], entropy[:e], legal[:e]
                 if ahead is not None:
                     ahead.keep(e)
@@ -482,7 +486,7 @@ def fast_rollout(
             placed = ahead.with_table(state[:, :, embed:], encoded[table, embed:])
             weight = np.float32(policy.lookahead.item())  # float32 as in the reference
             logits = logits - weight * ahead.regret(table, placed)
-        allowed = guard.mask(step, used)
+        allowed = guard.mask(step, used, table_device)
         stuck = ~allowed.any(axis=1)
         if stuck.any():  # picks among all devices, to finish and be marked illegal
             legal &= ~stuck
@@ -496,6 +500,7 @@ def fast_rollout(
         part = scorer.device_part(changed)
         cached[rows, action] = part if policy.table_aware else scorer.logits(part, None)
         used[rows, action] += sizes[table]
+        table_device[:, table] = action
         if ahead is not None:
             ahead.place(table, action, placed)
     devices = np.empty((e, t), dtype=np.int64)

@@ -82,8 +82,8 @@ class RnnPlacer(nn.Module):
     ) -> Rollout:
         """`episodes` placements of `task`; `predicted` (scaled) is NaN without a `costnet`."""
         self.check_devices(task)
-        order = largest_first(task)
-        guard = CompletionGuard(task, order)
+        guard = CompletionGuard(task, largest_first(task))
+        order = guard.order  # largest first, the constrained tables before the rest
         encoded = self.encoder(torch.from_numpy(feature_matrix(task.tables)[order]))
         sizes = task.table_bytes()
         e, d = episodes, self.num_devices
@@ -96,7 +96,7 @@ class RnnPlacer(nn.Module):
         for step, table in enumerate(order):
             state = self.cell(torch.cat([encoded[step].expand(e, -1), previous], -1), state)
             action, log_p, entropy, stuck = masked_choice(
-                self.head(state[0]), guard.mask(step, used), greedy, generator
+                self.head(state[0]), guard.mask(step, used, devices), greedy, generator
             )
             legal &= ~stuck
             log_probs.append(log_p)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dreamshard.errors import InfeasibleError
+from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_bytes
 
@@ -51,15 +52,17 @@ class Candidates:
     takes the first device at every depth, never pays for the rest.
     """
 
-    def __init__(self, devices: list[int]):
+    def __init__(self, devices: list[int], alike: bool = True):
         self.devices, self.position, self.tried = devices, 0, set()
+        self.alike = alike  # False where devices differ beyond their bytes (constraints)
 
     def next(self, used: np.ndarray) -> int | None:
         while self.position < len(self.devices):
             device = self.devices[self.position]
             self.position += 1
-            if int(used[device]) not in self.tried:
-                self.tried.add(int(used[device]))
+            key = int(used[device]) if self.alike else device
+            if key not in self.tried:
+                self.tried.add(key)
                 return device
         return None
 
@@ -80,7 +83,9 @@ def search_assignment(
     """
     sizes = task.table_bytes()
     cap = task.memory_cap_bytes
-    order = list(order)
+    bound = bind(task)
+    order = list(order) if bound is None else bound.order(list(order))
+    placed = np.full((1, len(sizes)), -1, dtype=np.int64)  # for the constraints' mask
     # suffix[k]: bytes still to place after the first k tables of the order
     suffix = np.concatenate([np.cumsum(sizes[order][::-1])[::-1], [0]])
     keys = np.zeros(len(sizes)) if keys is None else np.asarray(keys, dtype=np.float64)
@@ -93,7 +98,11 @@ def search_assignment(
     def candidates(depth: int) -> Candidates:
         table = order[depth]
         preferred = np.asarray(prefer(table, load, used), dtype=np.int64)
-        return Candidates(preferred[used[preferred] + sizes[table] <= cap].tolist())
+        preferred = preferred[used[preferred] + sizes[table] <= cap]
+        if bound is None:
+            return Candidates(preferred.tolist())
+        allowed = bound.allowed(table, placed, used[None], sizes, cap)[0]
+        return Candidates(preferred[allowed[preferred]].tolist(), alike=False)
 
     if suffix[0] > cap * task.num_devices:
         return None, True
@@ -104,7 +113,7 @@ def search_assignment(
         if assignment[table] >= 0:  # undo the previous try at this depth
             used[assignment[table]] -= sizes[table]
             load[assignment[table]] -= keys[table]
-            assignment[table] = -1
+            assignment[table] = placed[0, table] = -1
         device = stack[-1].next(used)
         if device is None:
             stack.pop()
@@ -112,7 +121,7 @@ def search_assignment(
         nodes += 1
         if nodes > node_limit:
             return None, False
-        assignment[table] = device
+        assignment[table] = placed[0, table] = device
         used[device] += sizes[table]
         load[device] += keys[table]
         if depth + 1 == len(order):
@@ -130,6 +139,8 @@ def least_load_dive(
     a table finds no room and the search would have to backtrack. A few array operations per
     table instead of the search's sorted candidate lists: the same answer, several times sooner.
     """
+    if bind(task) is not None:  # constraints: the search, which follows them
+        return None
     sizes = task.table_bytes()
     cap = task.memory_cap_bytes
     used = np.zeros(task.num_devices, dtype=np.int64)
@@ -227,8 +238,13 @@ class CompletionGuard:
     """
 
     def __init__(self, task: PlacementTask, order: Sequence[int]):
+        self.bound = bind(task)
+        if self.bound is not None:
+            order = self.bound.order(list(order))
+        self.order = list(order)  # the order to place in: `order`, the constraints' first
         self.cap = task.memory_cap_bytes
-        self.sizes = task.table_bytes()[list(order)]
+        self.table_sizes = task.table_bytes()
+        self.sizes = self.table_sizes[list(order)]
         d = task.num_devices
         slack = d * self.cap - int(self.sizes.sum())
         big_limit = slack / (d - 1) if d > 1 else np.inf
@@ -238,8 +254,17 @@ class CompletionGuard:
         )
         self.last_big = max((k for _, k in self.big), default=-1)
 
-    def mask(self, step: int, used: np.ndarray) -> np.ndarray:
-        """Allowed devices [episodes, devices] for the table at `step`, given bytes `used`."""
+    def mask(self, step: int, used: np.ndarray, devices: np.ndarray | None = None) -> np.ndarray:
+        """Allowed devices [episodes, devices] for the table at `step` of `self.order`, given
+        bytes `used` and, where the task has constraints, `devices` [episodes, tables] (each
+        placed table's device, -1 where not yet)."""
+        allowed = self._memory_mask(step, used)
+        if self.bound is not None:
+            table = self.order[step]
+            allowed &= self.bound.allowed(table, devices, used, self.table_sizes, self.cap)
+        return allowed
+
+    def _memory_mask(self, step: int, used: np.ndarray) -> np.ndarray:
         size = self.sizes[step]
         room = used + size <= self.cap
         if step >= self.last_big:  # no big table to come: room is all it takes

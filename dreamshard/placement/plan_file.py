@@ -91,9 +91,11 @@ def write_plan(
     note: str | None = None,
     refinement: RefinementRecord | None = None,
 ) -> None:
-    """The plan file; `note` (e.g. the task lies outside the model's training) and what a
-    measured refinement found go in too."""
+    """The plan file; `note` (e.g. the task lies outside the model's training), the task's
+    constraints and what a measured refinement found go in too."""
     data = plan_to_dict(task, placement) | ({"note": note} if note else {})
+    if task.constraints:  # what the plan was made to hold, as a constraints file writes it
+        data["constraints"] = task.constraints.as_dict()
     if refinement is not None:
         data["refinement"] = refinement.model_dump()
     write_json_atomic(path, data)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.budget import CHECKED_SHARE, Deadline, default_time_budget
+from dreamshard.placement.constraints import bind, splittable
 from dreamshard.placement.splitting import SPLIT_MODES, memory_splits, split_place
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.tables.shards import Split
 
 # A planner bound to its options: (task, seed) -> legal placement, what `evaluate` and the
@@ -37,8 +38,9 @@ class PlanOptions:
     its greedy one (0: greedy only). `split`: "auto" lets the planner split tables (its
     `splits`), "none" places whole tables, as the paper does. `time_budget`: seconds a
     planner that searches may spend (None: its own default). `constraints`: what the user
-    requires of the placement (None: nothing). `reserve`: False lets a planner that keeps
-    memory back of its own (TorchRec's storage reservation) plan on the whole cap, as ours do.
+    requires of the placement (a `placement.constraints.Constraints`; None: the task's own).
+    `reserve`: False lets a planner that keeps memory back of its own (TorchRec's storage
+    reservation) plan on the whole cap, as ours do.
     `topology`: the hosts and links the task's devices sit on, a `costs.comm` topology name (as
     nvlink-rdma:8); None: the planner's own (a model's: the one it was trained on; the
     analytic model's: cpu-gloo). Planners that model the all-to-all plan for it.
@@ -105,14 +107,22 @@ class BasePlanner:
         """A legal placement of `task` under `options`, split as the planner chooses when
         `options.split` is "auto"; InfeasibleError when there is none."""
         task.validate()
+        if options.constraints is not None:
+            task = replace(task, constraints=options.constraints)
+        bind(task)  # a set that cannot hold is an error before any planning
         options = self.started(task, options)
+        placement = None
         if options.split == "auto":
-            splits = self.splits(task, options)
+            splits = splittable(task.constraints, self.splits(task, options))
             if splits:
-                return split_place(
+                placement = split_place(
                     task, splits, lambda shards: self.place_tables(shards, options), self.name
                 )
-        return self.place_tables(task, options)
+        if placement is None:
+            placement = self.place_tables(task, options)
+        if task.constraints:  # every planner's answer holds them (`placement.constraints`)
+            check_legal(task, placement)
+        return placement
 
     def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
         """At most `top` placements worth measuring, the planner's answer first (most planners

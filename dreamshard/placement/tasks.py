@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.constraints import Constraints, bind
 from dreamshard.report import format_bytes
 from dreamshard.tables.shards import Split, split_table, validate_splits
 from dreamshard.tables.table import (
@@ -35,6 +36,7 @@ class PlacementTask:
     precision: str = "fp16"
     name: str = ""
     optimizer: str = "sgd"  # whose state counts in memory beside the weights
+    constraints: Constraints | None = None  # what the user requires beyond memory
 
     def bytes_of(self, table: Table) -> int:
         """A table's bytes in this task: weights at its precision plus optimizer state."""
@@ -163,6 +165,13 @@ def placement_problem(task: PlacementTask, placement: Placement) -> str | None:
             f"device {d} needs {format_bytes(used[d])}, over its cap of "
             f"{format_bytes(task.memory_cap_bytes)}"
         )
+    try:
+        bound = bind(task)
+    except DreamshardError as exc:
+        return str(exc)
+    if bound is not None:
+        names = [t.name for t in task.tables]
+        return bound.problem(names, np.asarray(placement.devices, dtype=np.int64))
     return None
 
 

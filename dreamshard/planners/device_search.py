@@ -15,7 +15,7 @@ can lower the overall cost, since every other move leaves both maxima where they
 raises them; the search lists just those: every table of a critical device moved to any
 device with room and swapped with every table elsewhere (both devices within the cap), and
 every other table moved onto a critical device (a learned device cost need not grow with
-each table it gets, so adding one can lower it). It
+each table it gets, so adding one can lower it), none that breaks the task's constraints. It
 takes the best neighbour each round (best improvement) until none is better, `max_rounds`
 rounds pass, or `seconds` run out.
 
@@ -34,6 +34,7 @@ import torch
 from dreamshard.costs.comm import Topology, allreduce_ms, device_transfer_ms, get_topology
 from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
 from dreamshard.learn.costnet import CostNet
+from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.traces import table_batch_size
@@ -130,11 +131,12 @@ def device_search(
     cap, d = task.memory_cap_bytes, task.num_devices
     state = _State.start(model, task, np.asarray(start.devices, dtype=np.int64))
     cost = float(state.fwd.max() + state.rest.max())
+    bound = bind(task)
     steps = scored = 0
     while (max_rounds is None or steps < max_rounds) and time.perf_counter() < deadline:
         if max_scored is not None and scored >= max_scored:
             break
-        rows = _critical_neighbours(state, sizes, cap, d)
+        rows = _critical_neighbours(state, sizes, cap, d, bound)
         if not len(rows):
             break
         costs = _score(state, model, rows)
@@ -148,9 +150,9 @@ def device_search(
     return Placement(tuple(int(v) for v in state.devices), start.method), cost, steps
 
 
-def _critical_neighbours(state: _State, sizes, cap, d) -> np.ndarray:
+def _critical_neighbours(state: _State, sizes, cap, d, bound=None) -> np.ndarray:
     """[N, 4] (table a, a's new device, table b or -1, b's new device) touching a device
-    that holds a maximum."""
+    that holds a maximum, and holding the constraints `bound` (`BoundConstraints.keep`)."""
     critical = np.unique([int(np.argmax(state.fwd)), int(np.argmax(state.rest))])
     tables = np.flatnonzero(np.isin(state.devices, critical))
     source = state.devices[tables]
@@ -171,7 +173,8 @@ def _critical_neighbours(state: _State, sizes, cap, d) -> np.ndarray:
     keep &= state.used[da] - sizes[a] + sizes[b] <= cap
     keep &= state.used[db] - sizes[b] + sizes[a] <= cap
     swaps = np.stack([a[keep], db[keep], b[keep], da[keep]])
-    return np.concatenate([moves, swaps], axis=1).T
+    rows = np.concatenate([moves, swaps], axis=1).T
+    return rows if bound is None else rows[bound.keep(state.devices, rows)]
 
 
 def _max_without(values: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:

@@ -307,7 +307,7 @@ def costnet_greedy(
     used = np.zeros((1, d), dtype=np.int64)
     devices = np.full(len(order), -1, dtype=np.int64)
     for step, table in enumerate(order):
-        allowed = guard.mask(step, used)[0]
+        allowed = guard.mask(step, used, devices[None])[0]
         if not allowed.any() or (deadline and deadline.passed()):
             return None
         placed = ahead.with_table(sums, encoded[table].numpy())  # the table on each device

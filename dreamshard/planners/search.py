@@ -4,10 +4,11 @@
 better): the cost network's predicted overall cost (`dreamshard_planner.costnet_scorer`), or a
 measured cost for a "best known" reference. Each round lists every legal neighbour of the
 current placement (a table moved to another device with room; two tables on different devices
-swapped, both devices staying within the cap), shuffles them with the seed, and scores them in
-batches; the first batch holding a better placement moves the search to its best one. The
-search stops at a local optimum (no neighbour is better), after `max_rounds` accepted steps,
-or when `seconds` run out. Given the seed and no time limit reached, it repeats exactly.
+swapped, both devices staying within the cap; none that breaks the task's constraints),
+shuffles them with the seed, and scores them in batches; the first batch holding a better
+placement moves the search to its best one. The search stops at a local optimum (no neighbour
+is better), after `max_rounds` accepted steps, or when `seconds` run out. Given the seed and
+no time limit reached, it repeats exactly.
 
 Planners `dreamshard_search` (the `dreamshard` planner's placement refined on the cost network)
 and `search_analytic` (the best heuristic's placement refined on the calibrated analytic model,
@@ -26,6 +27,7 @@ from dreamshard.costs.comm import get_topology
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.budget import SPLIT_SHARE, Deadline
+from dreamshard.placement.constraints import bind
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits
@@ -69,12 +71,14 @@ def legal_neighbours(task: PlacementTask, devices: np.ndarray) -> np.ndarray:
     swaps = (da != db) & (used[db] - sizes[b] + sizes[a] <= cap)
     swaps &= used[da] - sizes[a] + sizes[b] <= cap
     none = np.full(int(moves.sum()), -1)
-    return np.concatenate(
+    rows = np.concatenate(
         [
             np.stack([table[moves], target[moves], none, none], axis=1),
             np.stack([a[swaps], db[swaps], b[swaps], da[swaps]], axis=1),
         ]
     )
+    bound = bind(task)
+    return rows if bound is None else rows[bound.keep(devices, rows)]
 
 
 def apply_neighbours(devices: np.ndarray, rows: np.ndarray) -> list[Placement]:

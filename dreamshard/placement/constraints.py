@@ -1,0 +1,390 @@
+"""What a user requires of a placement beyond memory: tables pinned to a device, kept together
+on one device, or kept apart on different ones, and tables no planner may split.
+
+`Constraints` names tables; it travels in `PlanOptions.constraints`, and `BasePlanner.place`
+binds it to the task (`PlacementTask.constraints`), so a placement that breaks it is illegal
+like one over memory (`tasks.placement_problem`): every planner's legality check holds it. The
+planners honour it where they choose devices, not by repairing a plan afterwards:
+
+- the placing order (`placing_order`): pinned tables first, and the members of a together group
+  one after the other, where its first member comes;
+- the allowed devices of a table given the tables placed before it (`BoundConstraints.allowed`):
+  its pin, its group's device (the first member needs room for the whole group), never a device
+  that holds one of the tables it must be apart from. The greedy heuristics' and random's
+  search (`packing.search_assignment`) and the learned planners' mask (`CompletionGuard`, what
+  the policy, the RNN and the cost network's greedy placement choose within) read it;
+- the local searches (`device_search`) never move a pinned table or one of a group alone, and
+  never move a table next to one it must be apart from.
+
+Tables a constraint names are never split (`splittable`). A set that cannot hold on the task
+(an unknown table, a device out of range, a group pinned two ways, a group too big for one
+device, tables both together and apart, ...) is a DreamshardError naming the conflict
+(`conflict`), before any planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamshard.errors import DreamshardError
+from dreamshard.report import format_bytes
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Required of a placement: `pins` (table, device) pairs, `together` groups of tables on one
+    device, `apart` groups of tables on different devices, and `no_split` tables placed whole."""
+
+    pins: tuple[tuple[str, int], ...] = ()
+    together: tuple[tuple[str, ...], ...] = ()
+    apart: tuple[tuple[str, ...], ...] = ()
+    no_split: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.pins or self.together or self.apart or self.no_split)
+
+    def named(self) -> set[str]:
+        """Every table a constraint names."""
+        names = {name for name, _ in self.pins} | set(self.no_split)
+        for group in self.together + self.apart:
+            names |= set(group)
+        return names
+
+    def merged(self, other: Constraints) -> Constraints:
+        """Both sets at once (a file and flags)."""
+        return Constraints(
+            self.pins + other.pins,
+            self.together + other.together,
+            self.apart + other.apart,
+            self.no_split + other.no_split,
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "pin": {name: device for name, device in self.pins},
+            "together": [list(g) for g in self.together],
+            "apart": [list(g) for g in self.apart],
+            "no_split": list(self.no_split),
+        }
+
+
+class ConstraintsFile(BaseModel):
+    """A constraints file (JSON): `{"pin": {"t3": 0}, "together": [["t1", "t2"]], "apart":
+    [["t4", "t5"]], "no_split": ["t6"]}`, every key optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pin: dict[str, int] = Field(default_factory=dict)
+    together: list[list[str]] = Field(default_factory=list)
+    apart: list[list[str]] = Field(default_factory=list)
+    no_split: list[str] = Field(default_factory=list)
+
+    def constraints(self) -> Constraints:
+        return Constraints(
+            tuple(self.pin.items()),
+            tuple(tuple(g) for g in self.together),
+            tuple(tuple(g) for g in self.apart),
+            tuple(self.no_split),
+        )
+
+
+def read_constraints(path: str | Path) -> Constraints:
+    """A constraints file's constraints; a DreamshardError naming the file and the field."""
+    from dreamshard.files import read_json, validate
+
+    return validate(ConstraintsFile, read_json(path, "constraints file"), str(path)).constraints()
+
+
+def parse_pin(text: str) -> tuple[str, int]:
+    """`TABLE=DEVICE` (the `--pin` flag)."""
+    name, sep, device = text.rpartition("=")
+    if not sep or not name or not device.strip().isdigit():
+        raise DreamshardError(f"--pin {text!r}: write TABLE=DEVICE, the device a number from 0")
+    return name, int(device)
+
+
+def parse_group(text: str, flag: str) -> tuple[str, ...]:
+    """`T1,T2,...` (the `--together` and `--apart` flags): at least two distinct tables."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if len(set(names)) < 2:
+        raise DreamshardError(f"{flag} {text!r}: name at least two tables, comma-separated")
+    return names
+
+
+@dataclass
+class BoundConstraints:
+    """Constraints as indices of one task's tables (see `bind`)."""
+
+    pin: np.ndarray  # [T] the device each table is pinned to, or -1 (pins reach whole groups)
+    group: np.ndarray  # [T] each table's together group, or -1
+    members: list[np.ndarray]  # each together group's tables
+    group_bytes: np.ndarray  # [groups] bytes of each group's tables
+    partners: dict[int, np.ndarray] = field(default_factory=dict)  # table -> tables apart
+
+    @property
+    def frozen(self) -> np.ndarray:
+        """[T] the tables a search may not move alone: pinned ones and group members."""
+        return (self.pin >= 0) | (self.group >= 0)
+
+    def allowed(
+        self, table: int, devices: np.ndarray, used: np.ndarray, sizes: np.ndarray, cap: int
+    ) -> np.ndarray:
+        """[E, D] where `table` may go in each of E partial placements: `devices` [E, T] the
+        device of each table placed so far (-1 where not yet), `used` [E, D] their bytes."""
+        e, d = used.shape
+        allowed = np.ones((e, d), dtype=bool)
+        if self.pin[table] >= 0:
+            allowed[:] = False
+            allowed[:, self.pin[table]] = True
+        g = self.group[table]
+        if g >= 0:
+            where = devices[:, self.members[g]].max(axis=1)  # placed members share a device
+            placed = where >= 0
+            allowed[placed] &= np.arange(d)[None, :] == where[placed, None]
+            # the first member to go needs room for the group (the rest follow at once)
+            rest = self.group_bytes[g] - sizes[table]
+            allowed[~placed] &= used[~placed] + sizes[table] + rest <= cap
+        for partner in self.partners.get(table, ()):
+            where = devices[:, partner]
+            hit = np.flatnonzero(where >= 0)
+            allowed[hit, where[hit]] = False
+        return allowed
+
+    def keep(self, devices: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """[N] which neighbours of a placement (`devices` [T]) hold the constraints: `rows`
+        [N, 4] (table a, a's new device, table b or -1, b's new device), a move or a swap. No
+        neighbour moves a pinned table or a group member, or puts a table beside one it must
+        be apart from."""
+        a, to_a, b, to_b = rows.T
+        frozen = self.frozen
+        keep = ~frozen[a] & ~((b >= 0) & frozen[np.maximum(b, 0)])
+        if not self.partners:
+            return keep
+        watched = np.zeros(len(devices), dtype=bool)
+        watched[list(self.partners)] = True
+        for n in np.flatnonzero(keep & (watched[a] | ((b >= 0) & watched[np.maximum(b, 0)]))):
+            after = {int(a[n]): int(to_a[n])}
+            if b[n] >= 0:
+                after[int(b[n])] = int(to_b[n])
+            for table, device in after.items():
+                others = self.partners.get(table, ())
+                if any(after.get(int(o), int(devices[o])) == device for o in others):
+                    keep[n] = False
+                    break
+        return keep
+
+    def problem(self, names: list[str], devices: np.ndarray) -> str | None:
+        """Why a placement's `devices` [T] break the constraints, or None."""
+        for i in np.flatnonzero((self.pin >= 0) & (devices != self.pin)):
+            return f"table {names[i]} is pinned to device {self.pin[i]}, not on {devices[i]}"
+        for tables in self.members:
+            if len(set(devices[tables].tolist())) > 1:
+                return f"tables {', '.join(names[i] for i in tables)} must share one device"
+        for table, others in self.partners.items():
+            for other in others:
+                if devices[other] == devices[table]:
+                    return f"tables {names[table]} and {names[other]} must be on different devices"
+        return None
+
+    def order(self, order: list[int]) -> list[int]:
+        """`order` with the pinned tables first and each together group's members one after
+        another where its first member stands (each part in `order`'s own order)."""
+        pinned = [t for t in order if self.pin[t] >= 0]
+        position = {int(m): k for k, m in enumerate(order)}
+        rest, seen = [], set()
+        for t in order:
+            if self.pin[t] >= 0:
+                continue
+            g = int(self.group[t])
+            if g < 0:
+                rest.append(t)
+            elif g not in seen:
+                seen.add(g)
+                rest.extend(sorted(self.members[g].tolist(), key=position.__getitem__))
+        return pinned + rest
+
+
+def bind(task) -> BoundConstraints | None:
+    """`task.constraints` as indices of its tables (None when none place a table: no pins,
+    groups or apart sets), computed once per task; a DreamshardError naming the first
+    conflict (`conflict`)."""
+    constraints = task.constraints
+    if not constraints:
+        return None
+    if "_bound_constraints" not in task.__dict__:
+        problem = conflict(task, constraints)
+        if problem:
+            raise DreamshardError(f"the constraints cannot hold: {problem}")
+        places = constraints.pins or constraints.together or constraints.apart
+        bound = _bind(task, constraints) if places else None
+        object.__setattr__(task, "_bound_constraints", bound)  # frozen: set past the guard
+    return task.__dict__["_bound_constraints"]
+
+
+def _components(index: dict[str, int], groups) -> list[list[int]]:
+    """The together groups merged where they share a table (union-find)."""
+    parent = list(range(len(index)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for group in groups:
+        first = index[group[0]]
+        for name in group[1:]:
+            parent[find(index[name])] = find(first)
+    found: dict[int, list[int]] = {}
+    for group in groups:
+        for name in group:
+            found.setdefault(find(index[name]), [])
+    for i in range(len(index)):
+        if find(i) in found:
+            found[find(i)].append(i)
+    return [sorted(set(v)) for v in found.values() if len(set(v)) > 1]
+
+
+def conflict(task, constraints: Constraints) -> str | None:
+    """The first reason `constraints` cannot hold on `task`'s tables and devices, or None."""
+    names = [t.name for t in task.tables]
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted(constraints.named() - set(index))
+    if unknown:
+        shards = {t.shard.of for t in task.tables if t.shard is not None}
+        if unknown[0] in shards:
+            return f"table {unknown[0]} is split, so it cannot be constrained; raise memory"
+        return f"no table is named {unknown[0]!r}"
+    sizes, cap = task.table_bytes(), task.memory_cap_bytes
+    for name in sorted(constraints.named()):
+        if sizes[index[name]] > cap:
+            return (
+                f"table {name} must stay whole (a constraint names it) but needs "
+                f"{format_bytes(sizes[index[name]])}, more than one device's {format_bytes(cap)}"
+            )
+    pins: dict[str, int] = {}
+    for name, device in constraints.pins:
+        if not 0 <= device < task.num_devices:
+            return f"table {name} is pinned to device {device}, outside 0..{task.num_devices - 1}"
+        if pins.setdefault(name, device) != device:
+            return f"table {name} is pinned to both device {pins[name]} and device {device}"
+    groups = _components(index, constraints.together)
+    group_of = {i: g for g, members in enumerate(groups) for i in members}
+    group_pin: dict[int, tuple[str, int]] = {}
+    for name, device in pins.items():
+        g = group_of.get(index[name])
+        if g is None:
+            continue
+        other = group_pin.setdefault(g, (name, device))
+        if other[1] != device:
+            return (
+                f"tables {other[0]} and {name} must be together but are pinned to devices "
+                f"{other[1]} and {device}"
+            )
+    for members in groups:
+        total = int(sizes[members].sum())
+        if total > cap:
+            listed = ", ".join(names[i] for i in members)
+            return (
+                f"tables {listed} must be together but need {format_bytes(total)}, more than one "
+                f"device's {format_bytes(cap)}"
+            )
+    for group in constraints.apart:
+        if len(set(group)) > task.num_devices:
+            return f"{len(set(group))} tables must be apart on only {task.num_devices} devices"
+        seen: dict[object, str] = {}
+        for name in group:
+            i = index[name]
+            key = ("group", group_of[i]) if i in group_of else None
+            device = pins.get(name)
+            if device is None and i in group_of:
+                device = group_pin.get(group_of[i], (None, None))[1]
+            for k in (key, ("device", device) if device is not None else None):
+                if k is None:
+                    continue
+                if k in seen and seen[k] != name:
+                    why = "together" if k[0] == "group" else f"pinned to device {k[1]}"
+                    return f"tables {seen[k]} and {name} must be apart but are {why}"
+                seen.setdefault(k, name)
+    load = np.zeros(task.num_devices, dtype=np.int64)
+    pinned = set()
+    for name, device in pins.items():
+        i = index[name]
+        members = groups[group_of[i]] if i in group_of else [i]
+        for m in members:
+            if m not in pinned:
+                pinned.add(m)
+                load[device] += sizes[m]
+    for g, (_, device) in group_pin.items():
+        for m in groups[g]:
+            if m not in pinned:
+                pinned.add(m)
+                load[device] += sizes[m]
+    over = np.flatnonzero(load > cap)
+    if over.size:
+        d = int(over[0])
+        return (
+            f"the tables pinned to device {d} need {format_bytes(load[d])}, more than its "
+            f"{format_bytes(cap)}"
+        )
+    return None
+
+
+def _bind(task, constraints: Constraints) -> BoundConstraints:
+    names = [t.name for t in task.tables]
+    index = {name: i for i, name in enumerate(names)}
+    t = len(names)
+    groups = _components(index, constraints.together)
+    group = np.full(t, -1, dtype=np.int64)
+    for g, members in enumerate(groups):
+        group[members] = g
+    pin = np.full(t, -1, dtype=np.int64)
+    for name, device in constraints.pins:
+        i = index[name]
+        pin[groups[group[i]] if group[i] >= 0 else [i]] = device
+    sizes = task.table_bytes()
+    partners: dict[int, set[int]] = {}
+    for names_apart in constraints.apart:
+        tables = sorted({index[n] for n in names_apart})
+        for i in tables:
+            partners.setdefault(i, set()).update(j for j in tables if j != i)
+    # a group member must also keep away from its group-mates' partners
+    for members in groups:
+        away = set().union(*(partners.get(m, set()) for m in members))
+        for m in members:
+            if away:
+                partners[m] = partners.get(m, set()) | away
+        for other in away:
+            partners.setdefault(other, set()).update(members)
+    return BoundConstraints(
+        pin,
+        group,
+        [np.array(m, dtype=np.int64) for m in groups],
+        np.array([int(sizes[m].sum()) for m in groups], dtype=np.int64),
+        {i: np.array(sorted(js), dtype=np.int64) for i, js in partners.items()},
+    )
+
+
+def describe_constraints(constraints: Constraints) -> str:
+    """One line: how many of each kind, as `place` prints it."""
+    parts = [
+        (len(constraints.pins), "pinned table"),
+        (len(constraints.together), "group together"),
+        (len(constraints.apart), "set apart"),
+        (len(constraints.no_split), "table kept whole"),
+    ]
+    return ", ".join(
+        f"{n} {what}{'s' if n > 1 and what.endswith('table') else ''}" for n, what in parts if n
+    )
+
+
+def splittable(constraints: Constraints | None, splits: tuple) -> tuple:
+    """`splits` without those of tables a constraint names (they are placed whole)."""
+    if not constraints:
+        return splits
+    named = constraints.named()
+    return tuple(s for s in splits if s.table not in named)
