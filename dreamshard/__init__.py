@@ -36,6 +36,7 @@ _EXPORTS = {
     "register": "dreamshard.placement.registry",
     "BasePlanner": "dreamshard.placement.planner",
     "PlanOptions": "dreamshard.placement.planner",
+    "Constraints": "dreamshard.placement.constraints",
 }
 __all__ = sorted(_EXPORTS)
 

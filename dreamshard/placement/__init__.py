@@ -1,6 +1,7 @@
 """Stage 2, placement: tasks, legal placements, splitting, and the planner contract.
 
-`tasks` (PlacementTask, Placement, memory, legality), `packing` (assignment within memory),
+`tasks` (PlacementTask, Placement, memory, legality), `constraints` (pins, together, apart and
+no-split: what the user requires beyond memory, as legality, a placing order and masks), `packing` (assignment within memory),
 `heuristics` (the placing rules of random and the four greedy keys), `splitting` (which tables
 to split, the split candidates and their rating, placing shards), `planner` (`BasePlanner` and
 `PlanOptions`: the one shape of every method), `budget` (planning time: the deadline and the

@@ -136,6 +136,11 @@ def table_row_hosts(shards: PlacementTask, splits: tuple[Split, ...]) -> dict[st
 REPLICA_SHARE = 0.1  # at most this share of a device's memory goes to data-parallel tables
 
 
+def named_tables(task: PlacementTask) -> set[str]:
+    """The tables the task's constraints name: none of them is split."""
+    return task.constraints.named() if task.constraints else set()
+
+
 def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[Split, ...]:
     """Data-parallel copies of the tables, not split by `taken`, whose rows are fewer than half
     the batch (module docstring), the smallest first while their copies take at most
@@ -143,7 +148,7 @@ def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[
     d = task.num_devices
     if d < 2:
         return ()
-    split = {s.table for s in taken}
+    split = {s.table for s in taken} | named_tables(task)
     batch = table_batch_size(task.tables, DEFAULT_BATCH)
     sizes = dict(zip((t.name for t in task.tables), task.table_bytes().tolist()))
     small = sorted(
@@ -172,6 +177,8 @@ def balance_splits(
     tables = {t.name: t for t in task.tables}
     keys = {name: key(t) for name, t in tables.items()}
     mean = sum(keys.values()) / task.num_devices
+    whole = named_tables(task)  # a table a constraint names stays whole
+    tables = {name: t for name, t in tables.items() if name not in whole}
     limit = {name: max_column_parts(t, task.num_devices) for name, t in tables.items()}
 
     def shard_key(name: str) -> float:

@@ -21,6 +21,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.bounds import additive_makespan, lower_bounds
 
@@ -44,7 +45,8 @@ class MilpResult:
 
 
 def _constraints(task: PlacementTask, costs: np.ndarray) -> list[LinearConstraint]:
-    """Rows over [x (table-major, T*D), z]: one device per table, loads <= z, memory <= cap."""
+    """Rows over [x (table-major, T*D), z]: one device per table, loads <= z, memory <= cap,
+    and the task's together and apart constraints."""
     t, d = len(costs), task.num_devices
     x = np.arange(t * d)
     table_of, device_of = x // d, x % d
@@ -61,11 +63,35 @@ def _constraints(task: PlacementTask, costs: np.ndarray) -> list[LinearConstrain
         d,
     )
     memory = matrix(device_of, x, (task.table_bytes() / task.memory_cap_bytes)[table_of], d)
-    return [
+    rows = [
         LinearConstraint(one_each, 1, 1),
         LinearConstraint(load, -np.inf, 0),
         LinearConstraint(memory, -np.inf, 1),
     ]
+    bound = bind(task)
+    if bound is None:
+        return rows
+    # together: each member on its group's first member's device; apart: at most one of a
+    # set per device (a table and each of its partners); pins are the variables' bounds
+    pairs = [(int(m[0]), int(o)) for m in bound.members for o in m[1:]]
+    pairs_apart = [(a, int(b)) for a, bs in bound.partners.items() for b in bs if a < b]
+    for kind, found in (("together", pairs), ("apart", pairs_apart)):
+        if not found:
+            continue
+        first, other = np.array(found).T
+        k = np.arange(len(found) * d)
+        cols_a = (np.repeat(first, d) * d) + np.tile(np.arange(d), len(found))
+        cols_b = (np.repeat(other, d) * d) + np.tile(np.arange(d), len(found))
+        sign = -1.0 if kind == "together" else 1.0
+        pair_rows = matrix(
+            np.concatenate([k, k]),
+            np.concatenate([cols_a, cols_b]),
+            np.concatenate([np.ones(len(k)), np.full(len(k), sign)]),
+            len(k),
+        )
+        low = 0.0 if kind == "together" else -np.inf
+        rows.append(LinearConstraint(pair_rows, low, 0.0 if kind == "together" else 1.0))
+    return rows
 
 
 def solve_milp(
@@ -82,9 +108,15 @@ def solve_milp(
     scaled = costs / scale
     upper = np.ones(t * d + 1)
     upper[-1] = np.inf
-    for rank, table in enumerate(np.argsort(-scaled, kind="stable")):
-        upper[table * d + rank + 1 : (table + 1) * d] = 0  # symmetry: devices 0..rank only
     lower = np.zeros(t * d + 1)
+    bound = bind(task)
+    if bound is None:  # devices alike: break their symmetry (table k on devices 0..k only)
+        for rank, table in enumerate(np.argsort(-scaled, kind="stable")):
+            upper[table * d + rank + 1 : (table + 1) * d] = 0
+    else:  # the constraints tell devices apart; a pinned table's variables are fixed
+        for table in np.flatnonzero(bound.pin >= 0):
+            upper[table * d : (table + 1) * d] = 0
+            upper[table * d + bound.pin[table]] = lower[table * d + bound.pin[table]] = 1
     lower[-1] = lower_bounds(scaled, d).best
     objective = np.zeros(t * d + 1)
     objective[-1] = 1.0
