@@ -2,6 +2,7 @@
 tasks, a set that cannot hold is one line, and the plan file records what it held."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,9 +23,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def constrained_task(seed: int, num_devices: int | None = None) -> PlacementTask:
-    """12-40 tables on 3-6 devices, each cap 1.3 x an even split (3 GiB where that is more
-    than any split needs), with 2 pins, a group of 2-3 together, a set of 2-3 apart and 2
-    tables kept whole, drawn until they can hold together."""
+    """12-40 tables on 3-6 devices, each cap 1.3 x an even split (at least twice the largest
+    table), with 2 pins, a group of 2-3 together, a set of 2-3 apart, 2 tables kept whole and
+    one sharded (column-wise, row-wise or data-parallel by seed), drawn until they can hold
+    together."""
     rng = np.random.default_rng(seed)
     num_tables = int(rng.integers(12, 41))
     d = num_devices or int(rng.integers(3, 7))
@@ -34,12 +36,13 @@ def constrained_task(seed: int, num_devices: int | None = None) -> PlacementTask
     task = PlacementTask(tables, d, cap, "fp16", f"constrained-{seed}")
     names = [t.name for t in tables]
     while True:
-        picks = [str(n) for n in rng.permutation(names)[:9]]
+        picks = [str(n) for n in rng.permutation(names)[:10]]
         constraints = Constraints(
             pins=((picks[0], int(rng.integers(d))), (picks[1], int(rng.integers(d)))),
             together=(tuple(picks[2 : 4 + int(rng.integers(2))]),),
             apart=((picks[0], *picks[5 : 6 + int(rng.integers(2))]),),
             no_split=(picks[7], picks[8]),
+            sharding=((picks[9], ("column_wise", "row_wise", "data_parallel")[seed % 3], 0),),
         )
         if conflict(task, constraints) is None:
             return PlacementTask(tables, d, cap, "fp16", task.name, constraints=constraints)
@@ -56,8 +59,11 @@ def assert_held(task: PlacementTask, placement) -> None:
         assert len({device[name] for name in group}) == 1, (task.name, group)
     for group in constraints.apart:
         assert len({device[name] for name in group}) == len(group), (task.name, group)
-    split = {s.table for s in placement.splits}
-    assert not split & constraints.named(), (task.name, split)
+    split = {s.table: s.kind for s in placement.splits}
+    kinds = {"column_wise": "column", "row_wise": "row", "data_parallel": "replica"}
+    for name, kind, _ in constraints.sharding:
+        assert split.pop(name) == kinds[kind], (task.name, name)
+    assert not set(split) & constraints.named(), (task.name, split)
     assert device_memory(task, placement).max() <= task.memory_cap_bytes
 
 
@@ -94,7 +100,8 @@ def test_the_rnn_honours_every_constraint_on_its_device_count():
 
 def test_the_milp_honours_pins_together_and_apart(tasks):
     solved = 0
-    for task in tasks[:6]:
+    for task in tasks[:6]:  # a reference of whole tables: the sharding asked for left out
+        task = replace(task, constraints=replace(task.constraints, sharding=()))
         result = solve_milp(task, heuristic_keys(task, "size_lookup"), time_limit_s=0.5)
         if result.placement is not None:
             assert_held(task, result.placement)
@@ -172,3 +179,25 @@ def test_place_holds_a_constraints_file_and_the_flags_and_records_them(cli, tmp_
     assert plan["constraints"]["pin"] == {"t0003": 2}
     spec.write_text(json.dumps({"pins": {"t0003": 2}}))
     assert "pins" in error_line(cli(*place_command(tables, 4, 1, "--constraints", str(spec))))
+
+
+def test_dreamshard_planner_reads_torchrecs_sharding_types():
+    pytest.importorskip("torchrec")
+    from torchrec.distributed.planner import ParameterConstraints
+
+    from dreamshard.integrations.dmp_planner import DreamShardPlanner
+    from tests.test_dmp_planner import TwoTowers, cpu_topology
+
+    given = {
+        "shared": ParameterConstraints(sharding_types=["column_wise"]),
+        "clicks": ParameterConstraints(sharding_types=["table_wise", "column_wise"]),
+    }
+    model = TwoTowers()
+    planner = DreamShardPlanner(cpu_topology(), "lookup", reserve=False, constraints=given)
+    task = planner.task(model)
+    # a key reaches the table of that name in every collection
+    assert sorted(n for n, _, _ in task.constraints.sharding) == ["item.shared", "user.bags.shared"]
+    assert task.constraints.no_split == ("user.bags.clicks",)
+    plan = planner.plan(model)
+    kinds = {name: s.sharding_type for m in plan.plan.values() for name, s in m.items()}
+    assert kinds == {"shared": "column_wise", "clicks": "table_wise"}

@@ -81,7 +81,7 @@ def load_table_source(args: argparse.Namespace) -> list[Table]:
 
 
 def constraint_options(parser: argparse.ArgumentParser) -> None:
-    """`--pin`, `--together`, `--apart`, `--no-split` and `--constraints FILE`
+    """`--pin`, `--together`, `--apart`, `--no-split`, `--sharding` and `--constraints FILE`
     (`placement.constraints`), each flag repeatable."""
     group = parser.add_argument_group(
         "constraints (every method honours them; a set that cannot hold is an error)"
@@ -116,28 +116,43 @@ def constraint_options(parser: argparse.ArgumentParser) -> None:
         "tables any constraint names are never split",
     )
     group.add_argument(
+        "--sharding",
+        action="append",
+        default=[],
+        metavar="TABLE=KIND",
+        help="shard TABLE so, in either --split mode: table_wise (whole), column_wise "
+        "(column_wise:4 for 4 shards; default the fewest that fit a device), row_wise (over "
+        "every device, TorchRec's layout) or data_parallel (a copy on each device); repeatable",
+    )
+    group.add_argument(
         "--constraints",
         metavar="FILE",
         help='a JSON file of many: {"pin": {"t3": 0}, "together": [["t1", "t2"]], '
-        '"apart": [["t4", "t5"]], "no_split": ["t6"]}, every key optional; the flags add to it',
+        '"apart": [["t4", "t5"]], "no_split": ["t6"], "sharding": {"t7": "row_wise"}}, every '
+        "key optional; the flags add to it",
     )
 
 
 def constraints_from(args: argparse.Namespace):
     """The constraints the flags and `--constraints FILE` ask for (None: none)."""
     from dreamshard.placement.constraints import (
+        WHOLE,
         Constraints,
         parse_group,
         parse_pin,
+        parse_sharding,
         read_constraints,
     )
 
     found = read_constraints(args.constraints) if args.constraints else Constraints()
+    sharding = [parse_sharding(text) for text in args.sharding]
     flags = Constraints(
         tuple(parse_pin(text) for text in args.pin),
         tuple(parse_group(text, "--together") for text in args.together),
         tuple(parse_group(text, "--apart") for text in args.apart),
-        tuple(n.strip() for text in args.no_split for n in text.split(",") if n.strip()),
+        tuple(n.strip() for text in args.no_split for n in text.split(",") if n.strip())
+        + tuple(name for name, kind, _ in sharding if kind == WHOLE),
+        tuple(s for s in sharding if s[1] != WHOLE),
     )
     found = found.merged(flags)
     return found if found else None

@@ -29,6 +29,7 @@ from dreamshard.integrations.torchrec_tables import (
     embedding_bag_collections,
     model_tables,
 )
+from dreamshard.placement.constraints import SHARDING_KINDS, Constraints
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import registration
 from dreamshard.placement.tasks import PlacementTask
@@ -72,7 +73,10 @@ class DreamShardPlanner(ShardingPlanner):
     `adam`); default: the sharders' fused optimizer (`fused_params["optimizer"]`), else none.
     `split`: "auto" lets the method split tables column-wise (row-wise for a table no device
     holds; TorchRec shards rows on GPUs only), "none" keeps them whole (`docs/splitting.md`).
-    Across hosts (world size above the topology's local world size) the method plans for the
+    `constraints`: dreamshard's `Constraints` (pins, groups, tables kept whole or sharded so),
+    or TorchRec's `{table: ParameterConstraints}` where their sharding types map
+    (`as_constraints`). Across hosts (world size above the topology's local world size) the
+    method plans for the
     topology's hosts and its intra- and inter-host bandwidths (`links_of`); on one host it keeps
     its own exchange model (a model's: the one it was trained on).
     """
@@ -89,6 +93,7 @@ class DreamShardPlanner(ShardingPlanner):
         split: str = "auto",
         seed: int = 0,
         samples: int = 8,
+        constraints=None,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
         self.topology = topology if topology is not None else default_topology()
@@ -96,6 +101,7 @@ class DreamShardPlanner(ShardingPlanner):
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
         self.reserve, self.optimizer, self.split = reserve, optimizer, split
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
+        self.constraints = constraints  # ours, or TorchRec's (read per model: `as_constraints`)
         self._options = None  # with the method's model, loaded on the first plan
 
     def tables(self, module) -> list[ModelTable]:
@@ -115,6 +121,7 @@ class DreamShardPlanner(ShardingPlanner):
             precision="fp16" if precisions == {"fp16"} else "fp32",  # mixed: counted wide
             name=f"{type(module).__name__} ({len(tables)} tables)",
             optimizer=self.optimizer or fused_optimizer(module, sharders),
+            constraints=as_constraints(self.constraints, tables),
         )
 
     def memory_per_device(self, module, sharders: list, tables: list[ModelTable]) -> int:
@@ -287,6 +294,31 @@ def default_sharders() -> list:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
     return [EmbeddingBagCollectionSharder()]
+
+
+def as_constraints(constraints, tables: list[ModelTable]) -> Constraints | None:
+    """dreamshard's `Constraints` as given (the tables' names as `model_tables` gives them), or
+    TorchRec's `{table: ParameterConstraints}` (keyed by the tables' config names, so a key
+    reaches that table in every collection) in our terms: one sharding type is `--sharding`
+    of it (table_wise: kept whole); several that include table_wise keep the table whole
+    (whole is always among them; all we could choose is no constraint); several without
+    table_wise shard it as the first that maps. Other fields (kernels, pooling factors) do not
+    constrain where tables go and are not read here."""
+    if constraints is None or isinstance(constraints, Constraints):
+        return constraints
+    ours = {"table_wise", *SHARDING_KINDS}
+    whole, sharding = [], []
+    for key, given in constraints.items():
+        types = [t for t in (getattr(given, "sharding_types", None) or []) if t in ours]
+        names = [t.table.name for t in tables if t.config_name == key]
+        if not types or set(types) == ours:
+            continue
+        if "table_wise" in types:
+            whole += names
+        else:
+            sharding += [(name, types[0], 0) for name in names]
+    found = Constraints(no_split=tuple(whole), sharding=tuple(sharding))
+    return found if found else None
 
 
 def pooling_constraints(tables: list[ModelTable]) -> dict:

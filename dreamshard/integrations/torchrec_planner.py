@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from dreamshard.costs.comm import get_topology
 from dreamshard.errors import DreamshardError
+from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
@@ -119,9 +120,21 @@ def torchrec_request(
     host_size = get_topology(topology).host_size(task.num_devices) if topology else 0
     constraints = {}
     whole = set(task.constraints.no_split) if task.constraints else set()
+    asked = {n: (k, parts) for n, k, parts in task.constraints.sharding} if task.constraints else {}
     for t in task.tables:
         kind = "none" if t.name in whole else split  # --no-split: table-wise for TorchRec too
         types, min_partition = sharding_options(t, task.num_devices, kind, host_size)
+        if t.name in asked:  # --sharding: that type alone, when it maps to our shards
+            wanted, parts = asked[t.name]
+            offered, min_partition = sharding_options(t, task.num_devices, "auto", host_size)
+            if wanted not in offered:
+                raise DreamshardError(
+                    f"--sharding {t.name}={wanted}: TorchRec's planner can shard it only as "
+                    f"{', '.join(offered)} in a plan that maps to ours"
+                )
+            types = [wanted]
+            if parts:  # column_wise:PARTS: blocks of dim / PARTS columns
+                min_partition = t.dim // parts
         constraints[t.name] = ParameterConstraints(
             sharding_types=types,
             # TorchRec's fused kernel, or its dense one for data-parallel (its only one there)
@@ -401,7 +414,13 @@ class TorchRecMethod(BasePlanner):
             )
         if constraints:
             task = replace(task, constraints=constraints)
-        return torchrec_place(task, options.seed, options.reserve, options.split, options.topology)
+        placement = torchrec_place(
+            task, options.seed, options.reserve, options.split, options.topology
+        )
+        problem = sharding_problem(task.constraints, placement.splits)
+        if problem:
+            raise DreamshardError(f"TorchRec's planner broke a constraint: {problem}")
+        return placement
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
         return torchrec_place(task, options.seed, options.reserve, "none", options.topology)

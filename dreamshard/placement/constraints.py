@@ -43,13 +43,18 @@ class Constraints:
     together: tuple[tuple[str, ...], ...] = ()
     apart: tuple[tuple[str, ...], ...] = ()
     no_split: tuple[str, ...] = ()
+    sharding: tuple[tuple[str, str, int], ...] = ()  # (table, TorchRec kind, parts or 0)
 
     def __bool__(self) -> bool:
-        return bool(self.pins or self.together or self.apart or self.no_split)
+        return bool(self.pins or self.together or self.apart or self.no_split or self.sharding)
+
+    def sharded(self) -> set[str]:
+        """The tables `sharding` cuts (table_wise is `no_split`)."""
+        return {name for name, _, _ in self.sharding}
 
     def named(self) -> set[str]:
         """Every table a constraint names."""
-        names = {name for name, _ in self.pins} | set(self.no_split)
+        names = {name for name, _ in self.pins} | set(self.no_split) | self.sharded()
         for group in self.together + self.apart:
             names |= set(group)
         return names
@@ -61,6 +66,7 @@ class Constraints:
             self.together + other.together,
             self.apart + other.apart,
             self.no_split + other.no_split,
+            self.sharding + other.sharding,
         )
 
     def as_dict(self) -> dict:
@@ -69,12 +75,16 @@ class Constraints:
             "together": [list(g) for g in self.together],
             "apart": [list(g) for g in self.apart],
             "no_split": list(self.no_split),
+            "sharding": {
+                name: kind + (f":{parts}" if parts else "") for name, kind, parts in self.sharding
+            },
         }
 
 
 class ConstraintsFile(BaseModel):
     """A constraints file (JSON): `{"pin": {"t3": 0}, "together": [["t1", "t2"]], "apart":
-    [["t4", "t5"]], "no_split": ["t6"]}`, every key optional."""
+    [["t4", "t5"]], "no_split": ["t6"], "sharding": {"t7": "row_wise"}}`, every key
+    optional."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -82,13 +92,16 @@ class ConstraintsFile(BaseModel):
     together: list[list[str]] = Field(default_factory=list)
     apart: list[list[str]] = Field(default_factory=list)
     no_split: list[str] = Field(default_factory=list)
+    sharding: dict[str, str] = Field(default_factory=dict)
 
     def constraints(self) -> Constraints:
+        sharding = [parse_sharding(f"{name}={kind}") for name, kind in self.sharding.items()]
         return Constraints(
             tuple(self.pin.items()),
             tuple(tuple(g) for g in self.together),
             tuple(tuple(g) for g in self.apart),
-            tuple(self.no_split),
+            tuple(self.no_split) + tuple(name for name, kind, _ in sharding if kind == WHOLE),
+            tuple(s for s in sharding if s[1] != WHOLE),
         )
 
 
@@ -105,6 +118,81 @@ def parse_pin(text: str) -> tuple[str, int]:
     if not sep or not name or not device.strip().isdigit():
         raise DreamshardError(f"--pin {text!r}: write TABLE=DEVICE, the device a number from 0")
     return name, int(device)
+
+
+# `--sharding` kinds (TorchRec's names) and ours (`tables.shards`): table_wise keeps a table
+# whole (`no_split`); the others cut it so
+WHOLE = "table_wise"
+SHARDING_KINDS = {"column_wise": "column", "row_wise": "row", "data_parallel": "replica"}
+
+
+def parse_sharding(text: str) -> tuple[str, str, int]:
+    """`TABLE=KIND[:PARTS]` (the `--sharding` flag): KIND one of table_wise, column_wise,
+    row_wise, data_parallel (table_row_wise is not asked for by name: `--split auto` weighs
+    it across hosts); PARTS (column_wise only) the shards, a power of
+    two (default: the fewest that fit a device)."""
+    name, sep, spec = text.rpartition("=")
+    kind, _, parts = spec.partition(":")
+    kinds = ", ".join((WHOLE, *SHARDING_KINDS))
+    if not sep or not name or kind not in (WHOLE, *SHARDING_KINDS):
+        raise DreamshardError(f"--sharding {text!r}: write TABLE=KIND, KIND one of {kinds}")
+    if parts and (kind != "column_wise" or not parts.isdigit() or int(parts) < 2):
+        raise DreamshardError(
+            f"--sharding {text!r}: only column_wise takes a shard count (column_wise:4)"
+        )
+    return name, kind, int(parts or 0)
+
+
+def forced_splits(task, constraints: Constraints | None) -> tuple:
+    """The splits `constraints.sharding` asks for on `task` (`tables.shards.Split`): column_wise
+    into its PARTS or the fewest power-of-two shards that fit a device (at least 2), row_wise
+    over all D devices (TorchRec's layout), data_parallel a copy on each device; a
+    DreamshardError where one cannot be made."""
+    from dreamshard.tables.shards import Split, max_column_parts, split_problem, split_table
+
+    if not constraints or not constraints.sharding:
+        return ()
+    by_name = {t.name: t for t in task.tables}
+    d, cap, found = task.num_devices, task.memory_cap_bytes, []
+    for name, kind, parts in constraints.sharding:
+        table = by_name.get(name)
+        if table is None:
+            raise DreamshardError(f"--sharding: no table is named {name!r}")
+        ours = SHARDING_KINDS[kind]
+        if kind == "column_wise" and not parts:
+            most, parts = max_column_parts(table, d), 2
+            while parts < most and task.bytes_of(split_table(table, "column", parts)[0]) > cap:
+                parts *= 2
+        elif kind in ("row_wise", "data_parallel"):
+            parts = d
+        problem = split_problem(table, ours, parts)
+        if problem:
+            raise DreamshardError(f"--sharding {name}={kind}: {problem}")
+        shard = task.bytes_of(split_table(table, ours, parts)[0])
+        if shard > cap:
+            raise DreamshardError(
+                f"--sharding {name}={kind}: a shard needs {format_bytes(shard)}, more than one "
+                f"device's {format_bytes(cap)}"
+                + ("; ask for more shards (column_wise:8) or row_wise" if ours == "column" else "")
+            )
+        found.append(Split(name, ours, parts))
+    return tuple(found)
+
+
+def sharding_problem(constraints: Constraints | None, splits: tuple) -> str | None:
+    """Why a plan's `splits` do not cut the tables as `constraints.sharding` asks (the kind,
+    and the shard count where one was given) or split a table kept whole, or None."""
+    if not constraints:
+        return None
+    cut = {s.table: s for s in splits}
+    for name, kind, parts in constraints.sharding:
+        split = cut.get(name)
+        if split is None or split.kind != SHARDING_KINDS[kind] or (parts and split.parts != parts):
+            return f"table {name} is not sharded {kind}{f':{parts}' if parts else ''}"
+    for name in constraints.no_split:
+        if name in cut:
+            return f"table {name} is split, but must stay whole"
+    return None
 
 
 def parse_group(text: str, flag: str) -> tuple[str, ...]:
@@ -253,14 +341,26 @@ def conflict(task, constraints: Constraints) -> str | None:
     """The first reason `constraints` cannot hold on `task`'s tables and devices, or None."""
     names = [t.name for t in task.tables]
     index = {name: i for i, name in enumerate(names)}
-    unknown = sorted(constraints.named() - set(index))
+    shards = {t.shard.of for t in task.tables if t.shard is not None}
+    sharded = constraints.sharded()
+    # a sharded table is cut (its shards may be placed apart from the rest): `forced_splits`
+    # finds it, `sharding_problem` checks its cut
+    unknown = sorted(constraints.named() - set(index) - sharded)
     if unknown:
-        shards = {t.shard.of for t in task.tables if t.shard is not None}
         if unknown[0] in shards:
             return f"table {unknown[0]} is split, so it cannot be constrained; raise memory"
         return f"no table is named {unknown[0]!r}"
+    placing = {name for name, _ in constraints.pins}
+    for group in constraints.together + constraints.apart:
+        placing |= set(group)
+    both = sorted(sharded & (placing | set(constraints.no_split)))
+    if both:
+        return f"table {both[0]} is sharded, so it cannot also be pinned, grouped or kept whole"
+    twice = [name for name, *_ in constraints.sharding]
+    if len(set(twice)) < len(twice):
+        return f"table {next(n for n in twice if twice.count(n) > 1)} is sharded twice"
     sizes, cap = task.table_bytes(), task.memory_cap_bytes
-    for name in sorted(constraints.named()):
+    for name in sorted(constraints.named() - sharded):
         if sizes[index[name]] > cap:
             return (
                 f"table {name} must stay whole (a constraint names it) but needs "
@@ -372,14 +472,13 @@ def _bind(task, constraints: Constraints) -> BoundConstraints:
 def describe_constraints(constraints: Constraints) -> str:
     """One line: how many of each kind, as `place` prints it."""
     parts = [
-        (len(constraints.pins), "pinned table"),
-        (len(constraints.together), "group together"),
-        (len(constraints.apart), "set apart"),
-        (len(constraints.no_split), "table kept whole"),
+        (len(constraints.pins), "pinned table", "pinned tables"),
+        (len(constraints.together), "group together", "groups together"),
+        (len(constraints.apart), "set apart", "sets apart"),
+        (len(constraints.no_split), "table kept whole", "tables kept whole"),
+        (len(constraints.sharding), "sharded table", "sharded tables"),
     ]
-    return ", ".join(
-        f"{n} {what}{'s' if n > 1 and what.endswith('table') else ''}" for n, what in parts if n
-    )
+    return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
 
 
 def splittable(constraints: Constraints | None, splits: tuple) -> tuple:

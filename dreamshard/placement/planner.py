@@ -17,7 +17,12 @@ from dataclasses import dataclass, replace
 
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.budget import CHECKED_SHARE, Deadline, default_time_budget
-from dreamshard.placement.constraints import bind, splittable
+from dreamshard.placement.constraints import (
+    bind,
+    forced_splits,
+    sharding_problem,
+    splittable,
+)
 from dreamshard.placement.splitting import SPLIT_MODES, memory_splits, split_place
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.tables.shards import Split
@@ -111,17 +116,22 @@ class BasePlanner:
             task = replace(task, constraints=options.constraints)
         bind(task)  # a set that cannot hold is an error before any planning
         options = self.started(task, options)
-        placement = None
+        # what --sharding asks for, in either split mode; under "auto" the planner's own
+        # splits of the tables no constraint names
+        splits = forced_splits(task, task.constraints)
         if options.split == "auto":
-            splits = splittable(task.constraints, self.splits(task, options))
-            if splits:
-                placement = split_place(
-                    task, splits, lambda shards: self.place_tables(shards, options), self.name
-                )
-        if placement is None:
+            splits = splittable(task.constraints, self.splits(task, options)) + splits
+        if splits:
+            placement = split_place(
+                task, splits, lambda shards: self.place_tables(shards, options), self.name
+            )
+        else:
             placement = self.place_tables(task, options)
         if task.constraints:  # every planner's answer holds them (`placement.constraints`)
             check_legal(task, placement)
+            problem = sharding_problem(task.constraints, placement.splits)
+            if problem:
+                raise DreamshardError(f"{self.name} broke a constraint: {problem}")
         return placement
 
     def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
