@@ -421,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_place)
 
     from dreamshard.cli.costs import add_cost_commands
+    from dreamshard.cli.plans import add_plan_commands
     from dreamshard.cli.train import (
         add_pretrain_command,
         add_train_command,
@@ -428,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_cost_commands(sub)
+    add_plan_commands(sub)
     add_train_command(sub)
     add_train_rnn_command(sub)
     add_pretrain_command(sub)
@@ -459,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)  # a command may say more than success (check: 1, illegal)
     except DreamshardError as exc:
         print(f"dreamshard: error: {exc}", file=sys.stderr)
         return 2
@@ -469,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: what it took was enough
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing more reaches the closed pipe)
         return 0
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -102,12 +102,15 @@ def enumerated_options(
     topology: str | None,
     batch_size: int | None,
 ) -> dict[str, list]:
-    """TorchRec's enumerated sharding options of each table, their perf estimated, each table
-    constrained to the sharding type of our plan (and a column split's width)."""
+    """TorchRec's enumerated sharding options of each table, their perf and storage estimated,
+    each table constrained to the sharding type of our plan (and a column split's width)."""
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-    from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+    from torchrec.distributed.planner.shard_estimators import (
+        EmbeddingPerfEstimator,
+        EmbeddingStorageEstimator,
+    )
 
     request = torchrec_request(task, reserve=False, topology=topology)
     by_table = {s.table: s for s in splits}
@@ -126,9 +129,12 @@ def enumerated_options(
             else request.constraints[table.name].compute_kernels,
         )
     with quiet_torchrec():
-        estimator = EmbeddingPerfEstimator(topology=request.topology, constraints=constraints)
+        estimators = [  # perf, and storage as its planner counts memory (`plan_check`)
+            EmbeddingPerfEstimator(topology=request.topology, constraints=constraints),
+            EmbeddingStorageEstimator(topology=request.topology, constraints=constraints),
+        ]
         enumerator = EmbeddingEnumerator(
-            request.topology, batch_size or request.batch_size, constraints, estimator=estimator
+            request.topology, batch_size or request.batch_size, constraints, estimator=estimators
         )
         options = enumerator.enumerate(request.module, [EmbeddingBagCollectionSharder()])
     grouped: dict[str, list] = {}

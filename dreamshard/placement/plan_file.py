@@ -147,9 +147,10 @@ def read_plan(path: str | Path) -> PlanFile:
 
 
 def placement_from_plan(
-    task: PlacementTask, plan: PlanFile | dict[str, Any], where: str = "the plan"
+    task: PlacementTask, plan: PlanFile | dict[str, Any], where: str = "the plan", check=True
 ) -> Placement:
-    """The plan's placement for `task`, refused unless it places exactly its tables legally.
+    """The plan's placement for `task`, refused unless it places exactly its tables legally
+    (`check=False`: its devices and memory are left to the caller, `dreamshard check`).
 
     `where` (the plan file's name) begins every error message.
     """
@@ -182,7 +183,7 @@ def placement_from_plan(
                 f"outside 0..{task.num_devices - 1} (num_devices {task.num_devices})"
             )
     placement = Placement(tuple(mapping[n] for n in names), method=plan.method, splits=splits)
-    problem = placement_problem(task, placement)
+    problem = placement_problem(task, placement) if check else None
     if problem:
         raise DreamshardError(f"{where}: illegal placement: {problem}")
     return placement

@@ -1,0 +1,140 @@
+"""`dreamshard check`: what an existing plan is worth (`integrations.plan_check`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.errors import DreamshardError
+from dreamshard.files import read_json
+from dreamshard.placement.plan_file import PLAN_FORMAT
+from dreamshard.placement.tasks import GIB, PlacementTask
+from dreamshard.report import format_table
+from dreamshard.tables.table import BYTES_PER_WEIGHT, OPTIMIZER_STATE_WORDS
+
+# `check`'s exit code for a plan it read and found illegal (2 stays "could not check")
+ILLEGAL = 1
+
+
+def plan_task(args: argparse.Namespace) -> PlacementTask:
+    """The task a plan file places: its tables, and the devices, memory per device, precision
+    and optimizer the plan records (ours) or the flags give (a TorchRec plan records only its
+    ranks); a flag given overrides the plan."""
+    data = read_json(args.plan, "plan file")
+    ours = isinstance(data, dict) and data.get("format") == PLAN_FORMAT
+    recorded = data if ours else {}
+    devices = args.devices or recorded.get("num_devices")
+    if devices is None and isinstance(data, dict):  # a TorchRec plan: its highest rank + 1
+        ranks = [
+            r
+            for tables in (data.get("plan") or {}).values()
+            if isinstance(tables, dict)
+            for entry in tables.values()
+            if isinstance(entry, dict)
+            for r in entry.get("ranks") or []
+        ]
+        devices = max(ranks) + 1 if ranks else None
+    if not devices:
+        raise DreamshardError(f"{args.plan}: it records no device count; give --devices")
+    cap = int(args.mem_gb * GIB) if args.mem_gb else recorded.get("memory_cap_bytes")
+    if not cap:
+        raise DreamshardError(
+            f"{args.plan}: a TorchRec plan records no memory per device; give --mem-gb"
+        )
+    precision = args.precision or recorded.get("precision") or "fp16"
+    optimizer = args.optimizer or recorded.get("optimizer") or "sgd"
+    tables = load_table_source(args)
+    name = str(args.plan)
+    return PlacementTask(tuple(tables), int(devices), int(cap), precision, name, optimizer)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from dreamshard.integrations.plan_check import check_plan, read_any_plan
+
+    task = plan_task(args)
+    task.validate()
+    placement = read_any_plan(args.plan, task, args.module_path)
+    report = check_plan(task, placement, args.model, compare=not args.no_compare)
+    if args.format == "json":
+        print(json.dumps(report.as_dict(), indent=1))
+    else:
+        print(check_text(report, task))
+    return 0 if report.legal else ILLEGAL
+
+
+def check_text(report, task: PlacementTask) -> str:
+    lines = [
+        f"{report.task}: {report.method or 'a plan'} of {len(task.tables)} tables on "
+        f"{report.num_devices} devices of {report.memory_cap_bytes / GIB:g} GiB "
+        f"({task.precision}, {task.optimizer})",
+        "legal: yes" if report.legal else f"legal: no: {report.problem}",
+        f"predicted by {report.judge}: {report.overall_ms:.3f} ms (the slowest device)",
+    ]
+    if report.dreamshard_ms is not None:
+        lines.append(
+            f"dreamshard's plan of the same tables ({report.dreamshard_candidate}): "
+            f"{report.dreamshard_ms:.3f} ms, {report.ratio:.3f}x this plan's"
+        )
+    elif report.dreamshard_candidate:
+        lines.append(f"dreamshard's plan of the same tables: {report.dreamshard_candidate}")
+    rows = [
+        [
+            d.device,
+            d.tables,
+            f"{d.memory_bytes / GIB:.3f}",
+            "-" if d.torchrec_memory_bytes is None else f"{d.torchrec_memory_bytes / GIB:.3f}",
+            f"{d.fwd_comp_ms:.3f}",
+            f"{d.comm_ms:.3f}",
+            f"{d.bwd_comp_ms:.3f}",
+        ]
+        for d in report.devices
+    ]
+    headers = ["device", "tables", "GiB (ours)", "GiB (TorchRec)", "fwd ms", "all-to-all", "bwd ms"]
+    lines.append(format_table(headers, rows))
+    if report.torchrec_note:
+        lines.append(report.torchrec_note)
+    return "\n".join(lines)
+
+
+def add_plan_commands(sub) -> None:
+    check = sub.add_parser(
+        "check",
+        help="check an existing plan (ours or a TorchRec ShardingPlan as JSON): legality, "
+        "memory as we and TorchRec count it, its predicted cost, and dreamshard's own plan "
+        "of the same tables beside it",
+        description="Exit code 0: a legal plan; 1: the plan is illegal (the report says why); "
+        "2: it could not be checked.",
+    )
+    check.add_argument("--plan", required=True, help="plan JSON (place --out, any --format)")
+    check.add_argument("--tables", required=True, help="the table file the plan places")
+    check.add_argument(
+        "--devices", type=positive(int), help="devices (default: what the plan records)"
+    )
+    check.add_argument(
+        "--mem-gb",
+        type=positive(float),
+        help="memory per device in GiB (default: what the plan records; a TorchRec plan needs it)",
+    )
+    check.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), help="default: the plan's")
+    check.add_argument(
+        "--optimizer", choices=list(OPTIMIZER_STATE_WORDS), help="default: the plan's, else sgd"
+    )
+    check.add_argument(
+        "--model",
+        help="predict with this model's cost network (a model file, a train --out folder, "
+        "shipped, or models:/...) and plan dreamshard's comparison with it; default: the "
+        "calibrated analytic model predicts and the shipped model plans",
+    )
+    check.add_argument(
+        "--module-path",
+        default="embedding_bags",
+        help="a TorchRec plan: the EmbeddingBagCollection whose tables these are (default "
+        "embedding_bags, what place --format torchrec writes)",
+    )
+    check.add_argument(
+        "--no-compare", action="store_true", help="skip dreamshard's plan of the same tables"
+    )
+    check.add_argument("--format", choices=["md", "json"], default="md", help="default md")
+    table_source_options(check)
+    check.set_defaults(func=cmd_check)

@@ -1,0 +1,214 @@
+"""`dreamshard check`: what an existing plan is worth, ours or TorchRec's.
+
+For a plan of a task (read from our plan JSON, from the JSON form of a TorchRec `ShardingPlan`
+that `place --format torchrec` writes, or taken live from a `ShardingPlan` and its model with
+`check_sharding_plan`) it reports:
+
+- legality: each device within its memory cap, fixed shard layouts, the task's constraints;
+- memory per device, as we count it (weights at the task's precision and the optimizer's state)
+  and as TorchRec's planner counts it (its storage estimate of each shard: weights, optimizer
+  state, and the input and pooled output buffers of a batch), where TorchRec is installed;
+- the predicted cost: each device's forward, all-to-all and backward and the overall (the
+  slowest device), by the calibrated analytic model (the simulated backend) or, with a model,
+  by its cost network;
+- how far dreamshard's own plan of the same tables would be from it: the same judge's
+  predicted overall of the `dreamshard` planner's plan (the model given, else the shipped
+  one) over the checked plan's.
+
+Nothing is measured and nothing is re-planned but dreamshard's comparison plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.errors import DreamshardError
+from dreamshard.files import read_json
+from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.plan_file import PLAN_FORMAT, placement_from_plan
+from dreamshard.placement.registry import place
+from dreamshard.placement.tasks import (
+    Placement,
+    PlacementTask,
+    device_memory,
+    placement_problem,
+    placement_task,
+    shard_view,
+)
+from dreamshard.planners.dreamshard_planner import predicted_overall
+
+
+@dataclass
+class DeviceCheck:
+    device: int
+    tables: int
+    memory_bytes: int
+    torchrec_memory_bytes: int | None
+    fwd_comp_ms: float
+    comm_ms: float  # the backward all-to-all as the judge models it
+    bwd_comp_ms: float
+
+
+@dataclass
+class PlanCheck:
+    """What `check_plan` found (module docstring)."""
+
+    task: str
+    method: str
+    num_devices: int
+    memory_cap_bytes: int
+    problem: str | None  # None: legal
+    judge: str
+    overall_ms: float
+    dreamshard_ms: float | None
+    dreamshard_candidate: str
+    devices: list[DeviceCheck] = field(default_factory=list)
+    torchrec_note: str = ""
+
+    @property
+    def legal(self) -> bool:
+        return self.problem is None
+
+    @property
+    def ratio(self) -> float | None:
+        """dreamshard's predicted overall over the checked plan's (below 1: ours is faster)."""
+        return None if self.dreamshard_ms is None else self.dreamshard_ms / self.overall_ms
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"legal": self.legal, "dreamshard_ratio": self.ratio}
+
+
+def check_plan(
+    task: PlacementTask, placement: Placement, model=None, compare: bool = True
+) -> PlanCheck:
+    """The report on `placement` of `task` (module docstring). `model`: a cost network's view
+    instead of the analytic model's (anything `resolve_model` takes); `compare`: False skips
+    dreamshard's plan of the same tables."""
+    problem = placement_problem(task, placement)
+    roomy = replace(task, memory_cap_bytes=2**62, constraints=None)  # costs ignore the caps
+    shards, flat = shard_view(roomy, placement)
+    ours = device_memory(task, placement) if _maps(task, placement) else None
+    if model is not None:
+        model = resolve_model(model)
+        judge = "the model's cost network"
+        per_device, overall = model.costnet.predict_ms(shards, flat)
+        terms = np.asarray(per_device)[:, :3]
+    else:
+        judge = "the calibrated analytic model (the simulated backend)"
+        cost = SimulatedBackend().measure(shards, flat)
+        overall = cost.overall
+        terms = np.array([[d.fwd_comp, d.bwd_comm, d.bwd_comp] for d in cost.devices])
+    torchrec_memory, note = torchrec_memory_per_device(task, placement)
+    count = np.bincount(np.asarray(placement.devices), minlength=task.num_devices)
+    devices = [
+        DeviceCheck(
+            d,
+            int(count[d]),
+            int(ours[d]) if ours is not None else 0,
+            None if torchrec_memory is None else int(torchrec_memory[d]),
+            float(terms[d, 0]),
+            float(terms[d, 1]),
+            float(terms[d, 2]),
+        )
+        for d in range(task.num_devices)
+    ]
+    mine, candidate = None, ""
+    if compare:
+        try:
+            found = place(task, "dreamshard", model=model if model is not None else "shipped")
+        except DreamshardError as exc:  # no legal plan under these caps: said, not raised
+            candidate = f"none: {exc}"
+        else:
+            candidate = found.candidate
+            if model is not None:
+                mine = predicted_overall(model, task, [found])[0]
+            else:
+                mine = SimulatedBackend().measure(*shard_view(roomy, found)).overall
+    return PlanCheck(
+        task.name,
+        placement.method,
+        task.num_devices,
+        task.memory_cap_bytes,
+        problem,
+        judge,
+        float(overall),
+        None if mine is None else float(mine),
+        candidate,
+        devices,
+        note,
+    )
+
+
+def _maps(task: PlacementTask, placement: Placement) -> bool:
+    try:
+        return len(placement_task(task, placement).tables) == len(placement.devices)
+    except DreamshardError:
+        return False
+
+
+def torchrec_memory_per_device(task, placement) -> tuple[np.ndarray | None, str]:
+    """Each device's bytes as TorchRec's planner counts the shards on it, or (None, why not)."""
+    # TorchRec names modules after tables, so a name with a dot (a model's path) is renamed
+    names = {t.name: f"t{i}" for i, t in enumerate(task.tables)}
+    tables = tuple(replace(t, name=names[t.name]) for t in task.tables)
+    splits = tuple(replace(s, table=names[s.table]) for s in placement.splits)
+    try:
+        from dreamshard.integrations.torchrec_judge import torchrec_sharding_options
+
+        roomy = replace(task, tables=tables, memory_cap_bytes=2**62, constraints=None)
+        options = torchrec_sharding_options(roomy, replace(placement, splits=splits))
+    except (ImportError, DreamshardError) as exc:
+        return None, f"TorchRec's memory estimate: not available ({exc})"
+    used = np.zeros(task.num_devices, dtype=np.int64)
+    for option in options:
+        for shard in option.shards:
+            used[shard.rank] += int(shard.storage.hbm) + int(shard.storage.ddr)
+    return used, ""
+
+
+def read_any_plan(path: str | Path, task: PlacementTask, module_path: str) -> Placement:
+    """A plan file's placement of `task`, our JSON or the JSON form of a TorchRec ShardingPlan
+    (its collection at `module_path`), not checked for legality (`check_plan` reports it)."""
+    data = read_json(path, "plan file")
+    if isinstance(data, dict) and data.get("format") == PLAN_FORMAT:
+        return placement_from_plan(task, data, str(path), check=False)
+    from dreamshard.integrations.torchrec_export import check_plan_dict, sharding_plan_from_dict
+    from dreamshard.integrations.torchrec_planner import placement_from_sharding
+
+    try:
+        check_plan_dict(data)
+    except DreamshardError as exc:
+        raise DreamshardError(
+            f"{path}: neither a dreamshard plan ('format': {PLAN_FORMAT!r}) nor a TorchRec plan "
+            f"({exc})"
+        ) from None
+    plan = sharding_plan_from_dict(data)
+    if module_path not in plan.plan:
+        raise DreamshardError(
+            f"{path}: the TorchRec plan has no module {module_path!r}; it has {sorted(plan.plan)} "
+            "(--module-path)"
+        )
+    return placement_from_sharding(task, plan.plan[module_path], data.get("method") or "torchrec")
+
+
+def check_sharding_plan(module, plan, topology=None, model=None, **planner_options) -> PlanCheck:
+    """`check_plan` for a live TorchRec `ShardingPlan` of `module`: the task as
+    `DreamShardPlanner` sees the model (its tables and statistics, `topology`'s devices and
+    memory after the reservation; `planner_options` go to it), the plan's placement of it."""
+    from dreamshard.integrations.dmp_planner import DreamShardPlanner
+    from dreamshard.integrations.torchrec_planner import placement_from_sharding
+
+    planner = DreamShardPlanner(topology, **planner_options)
+    tables = planner.tables(module)
+    task = planner.task(module, tables=tables)
+    entries = {}
+    for table in tables:
+        module_plan = plan.plan.get(table.module_path)
+        if module_plan is None or table.config_name not in module_plan:
+            raise DreamshardError(f"the ShardingPlan has no entry for table {table.table.name}")
+        entries[table.table.name] = module_plan[table.config_name]
+    return check_plan(task, placement_from_sharding(task, entries, "torchrec"), model)

@@ -1,0 +1,104 @@
+"""`dreamshard check` (issue 30): a plan's legality, memory (ours and TorchRec's), predicted
+cost and dreamshard's plan beside it, for our plans, TorchRec's own planner's and live ones."""
+
+import json
+
+import pytest
+
+from dreamshard.cli.main import main
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.integrations.plan_check import check_plan, read_any_plan
+from dreamshard.placement.registry import place
+from dreamshard.placement.tasks import PlacementTask, device_memory
+from dreamshard.tables.sources import load_tables
+from tests.conftest import generated_tables, place_command
+
+pytest.importorskip("torchrec")
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    return generated_tables(tmp_path_factory.mktemp("check") / "tables.json", 20)
+
+
+def test_a_plan_of_torchrecs_own_planner_round_trips_through_check(tables, tmp_path, capsys):
+    plan = tmp_path / "torchrec.json"
+    made = place_command(tables, 4, 8, "--method", "torchrec", "--split", "auto")
+    assert main([*made, "--format", "torchrec", "--out", str(plan)]) == 0
+    kinds = {
+        e["sharding_type"]
+        for m in json.loads(plan.read_text())["plan"].values()
+        for e in m.values()
+    }
+    assert len(kinds) >= 2, kinds  # TorchRec split some tables: not our export's table-wise
+    capsys.readouterr()
+    flags = ["--mem-gb", "8", "--format", "json", "--no-compare"]
+    assert main(["check", "--plan", str(plan), "--tables", str(tables), *flags]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["legal"] and report["num_devices"] == 4
+    # the plan read back as our placement of the same task: the same memory and cost
+    task = PlacementTask(tuple(load_tables(tables)), 4, 8 * 2**30)
+    again = read_any_plan(plan, task, "embedding_bags")
+    assert again.splits  # TorchRec's shards, as our splits
+    assert [d["memory_bytes"] for d in report["devices"]] == device_memory(task, again).tolist()
+    assert report["overall_ms"] == pytest.approx(SimulatedBackend().measure(task, again).overall)
+    # TorchRec counts its input and output buffers beside the weights: more on every busy device
+    for device in report["devices"]:
+        if device["tables"]:
+            assert device["torchrec_memory_bytes"] > device["memory_bytes"]
+
+
+def test_an_illegal_plan_is_reported_with_exit_code_1(tables, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert main(place_command(tables, 4, 1, "--method", "size", "--out", str(plan))) == 0
+    used = max(d["memory_bytes"] for d in json.loads(plan.read_text())["devices"])
+    tight = f"{used / 2**30 * 0.9:.6f}"
+    capsys.readouterr()
+    assert main(["check", "--plan", str(plan), "--tables", str(tables), "--mem-gb", tight]) == 1
+    out = capsys.readouterr().out
+    assert "legal: no: device" in out and "over its cap" in out
+    assert main(["check", "--plan", str(plan), "--tables", str(tables)]) == 0
+    out = capsys.readouterr().out
+    assert "legal: yes" in out and "dreamshard's plan of the same tables" in out
+
+
+def test_what_check_cannot_read_is_one_line(tables, tmp_path, capsys):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something"}))
+    assert main(["check", "--plan", str(other), "--tables", str(tables)]) == 2
+    assert "it records no device count" in capsys.readouterr().err
+    flags = ["--devices", "2", "--mem-gb", "1"]
+    assert main(["check", "--plan", str(other), "--tables", str(tables), *flags]) == 2
+    assert "neither a dreamshard plan" in capsys.readouterr().err
+
+
+def test_the_report_predicts_what_the_judges_predict(tables):
+    task = PlacementTask(tuple(load_tables(tables)), 4, 2**30)
+    plan = place(task, "lookup")
+    report = check_plan(task, plan, "shipped")
+    from dreamshard.learn.model_file import resolve_model
+
+    per_device, overall = resolve_model("shipped").costnet.predict_ms(task, plan)
+    assert report.overall_ms == pytest.approx(overall)
+    assert [d.fwd_comp_ms for d in report.devices] == pytest.approx(per_device[:, 0].tolist())
+    mine = place(task, "dreamshard", model="shipped")
+    assert report.dreamshard_candidate == mine.candidate
+    assert report.ratio == pytest.approx(
+        resolve_model("shipped").costnet.predict_ms(task, mine)[1] / overall
+    )
+
+
+def test_a_live_sharding_plan_is_checked_against_its_model():
+    from dreamshard.integrations.dmp_planner import DreamShardPlanner
+    from dreamshard.integrations.plan_check import check_sharding_plan
+    from tests.test_dmp_planner import TwoTowers, cpu_topology
+
+    model = TwoTowers()
+    planner = DreamShardPlanner(cpu_topology(memory=2**20), method="size", reserve=False)
+    plan = planner.plan(model)
+    report = check_sharding_plan(model, plan, cpu_topology(memory=2**20), reserve=False)
+    task = planner.task(model)
+    assert report.legal and report.num_devices == 2
+    assert [d.memory_bytes for d in report.devices] == device_memory(
+        task, place(task, "size")
+    ).tolist()
