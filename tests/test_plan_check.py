@@ -102,3 +102,39 @@ def test_a_live_sharding_plan_is_checked_against_its_model():
     assert [d.memory_bytes for d in report.devices] == device_memory(
         task, place(task, "size")
     ).tolist()
+
+
+def test_explain_prints_the_models_own_predictions(tables, tmp_path, capsys):
+    from dreamshard.evaluation.explain import explain_plan
+    from dreamshard.learn.model_file import resolve_model
+    from dreamshard.placement.tasks import Placement
+    from dreamshard.planners.dreamshard_planner import ranked_candidates
+
+    task = PlacementTask(tuple(load_tables(tables)), 4, 2**30)
+    plan = place(task, "dreamshard", model="shipped", split="none")
+    found = explain_plan(task, plan, "shipped", seed=0)
+    costnet = resolve_model("shipped").costnet
+    per_device, overall = costnet.predict_ms(task, plan)
+    assert found.overall_ms == pytest.approx(overall)
+    shown = [x for d in found.devices for x in (d.fwd_ms, d.comm_ms, d.bwd_ms)]
+    assert shown == pytest.approx(per_device[:, :3].ravel().tolist())
+    for why in found.tables[:3]:  # a table's next-best device: the plan with it moved there
+        i = [t.name for t in task.tables].index(why.table)
+        for device, ms in why.next_best:
+            moved = list(plan.devices)
+            moved[i] = device
+            assert ms == pytest.approx(
+                costnet.predict_ms(task, Placement(tuple(moved)))[1], rel=1e-4
+            )
+    ranked = ranked_candidates(task, resolve_model("shipped"), 8, 0)
+    assert [c.predicted_ms for c in found.candidates] == pytest.approx([ms for _, ms in ranked])
+    assert found.plan_is_winner
+    # the analytic judge, through the command
+    out = tmp_path / "plan.json"
+    assert main(place_command(tables, 4, 1, "--method", "lookup", "--out", str(out))) == 0
+    capsys.readouterr()
+    assert main(["explain", "--plan", str(out), "--tables", str(tables), "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    lookup = place(task, "lookup")
+    assert shown["overall_ms"] == pytest.approx(SimulatedBackend().measure(task, lookup).overall)
+    assert shown["key"] == "lookup" and not shown["candidates"]

@@ -183,7 +183,7 @@ def cmd_place(args: argparse.Namespace) -> None:
 def write_our_plan(task, placement, args, note, refinement) -> None:
     from dreamshard.placement.plan_file import write_plan
 
-    write_plan(task, placement, args.out, note, refinement and refinement.record())
+    write_plan(task, placement, args.out, note, refinement and refinement.record(), args.seed)
     print(f"wrote {args.out}")
 
 

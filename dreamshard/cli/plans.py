@@ -1,4 +1,5 @@
-"""`dreamshard check`: what an existing plan is worth (`integrations.plan_check`)."""
+"""`dreamshard check` and `explain`: what an existing plan is worth
+(`integrations.plan_check`), and why it puts each table where it does (`evaluation.explain`)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,70 @@ def check_text(report, task: PlacementTask) -> str:
     return "\n".join(lines)
 
 
+def cmd_explain(args: argparse.Namespace) -> None:
+    from dreamshard.evaluation.explain import explain_plan
+    from dreamshard.integrations.plan_check import read_any_plan
+
+    task = plan_task(args)
+    task.validate()
+    placement = read_any_plan(args.plan, task, args.module_path)
+    data = read_json(args.plan, "plan file")
+    seed = args.seed if args.seed is not None else int(data.get("seed") or 0)
+    explanation = explain_plan(task, placement, args.model, seed, args.samples)
+    if args.format == "json":
+        print(json.dumps(explanation.as_dict(), indent=1))
+    else:
+        print(explain_text(explanation, args.model, seed))
+
+
+def explain_text(found, model, seed: int) -> str:
+    lines = [
+        f"{found.task}: {found.method or 'a plan'}, predicted by {found.judge}: "
+        f"{found.overall_ms:.3f} ms (the slowest forward plus the slowest all-to-all and "
+        "backward)",
+    ]
+    if model is None:
+        lines.append("no --model: the analytic model predicts; --model shows the candidates")
+    rows = [
+        [
+            d.device,
+            d.tables,
+            f"{d.fwd_ms:.3f}",
+            f"{d.comm_ms:.3f}",
+            f"{d.bwd_ms:.3f}",
+            d.bottleneck,
+            d.critical or "-",
+        ]
+        for d in found.devices
+    ]
+    headers = ["device", "tables", "fwd ms", "all-to-all ms", "bwd ms", "bottleneck", "critical"]
+    lines += ["", format_table(headers, rows), ""]
+    rows = [
+        [
+            t.table,
+            t.device,
+            f"{t.key:.4g}",
+            f"{t.load_before:.4g}",
+            f"{t.overall_ms:.3f}",
+            ", ".join(f"{d}: {ms:.3f}" for d, ms in t.next_best) or "-",
+        ]
+        for t in found.tables
+    ]
+    headers = ["table", "device", "key", "load before", "overall ms here", "next best (ms)"]
+    lines += [f"tables, largest key first (key: {found.key})", format_table(headers, rows)]
+    if found.candidates:
+        lines += [
+            "",
+            f"the model's planner weighed {len(found.candidates)} candidates (seed {seed}):",
+        ]
+        lines += [f"  {c.name}: {c.predicted_ms:.3f} ms" for c in found.candidates[:8]]
+        won = found.candidates[0].name
+        by = "" if found.margin is None else f", {found.margin:.2%} ahead of the next"
+        verdict = "is" if found.plan_is_winner else "is not"
+        lines.append(f"winner: {won}{by}; the plan {verdict} this winner")
+    return "\n".join(lines)
+
+
 def add_plan_commands(sub) -> None:
     check = sub.add_parser(
         "check",
@@ -138,3 +203,43 @@ def add_plan_commands(sub) -> None:
     check.add_argument("--format", choices=["md", "json"], default="md", help="default md")
     table_source_options(check)
     check.set_defaults(func=cmd_check)
+
+    why = sub.add_parser(
+        "explain",
+        help="why a plan puts each table where it does: each device's predicted terms and "
+        "bottleneck, each table's key, its device's load before it and its next-best devices, "
+        "and with --model the candidates that model's planner weighed (predicts; never "
+        "re-plans the plan)",
+    )
+    why.add_argument("--plan", required=True, help="plan JSON (place --out, any --format)")
+    why.add_argument("--tables", required=True, help="the table file the plan places")
+    why.add_argument("--devices", type=positive(int), help="devices (default: the plan's)")
+    why.add_argument(
+        "--mem-gb", type=positive(float), help="memory per device in GiB (default: the plan's)"
+    )
+    why.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), help="default: the plan's")
+    why.add_argument(
+        "--optimizer", choices=list(OPTIMIZER_STATE_WORDS), help="default: the plan's, else sgd"
+    )
+    why.add_argument(
+        "--model",
+        help="predict with this model's cost network and show the candidates its planner "
+        "weighed (a model file, a train --out folder, shipped, or models:/...); default: the "
+        "calibrated analytic model, no candidates",
+    )
+    why.add_argument(
+        "--seed",
+        type=int,
+        help="the planner's seed for the candidates (default: the plan's, else 0)",
+    )
+    why.add_argument(
+        "--samples", type=int, default=8, help="the planner's sampled placements (default 8)"
+    )
+    why.add_argument(
+        "--module-path",
+        default="embedding_bags",
+        help="a TorchRec plan: its EmbeddingBagCollection (default embedding_bags)",
+    )
+    why.add_argument("--format", choices=["md", "json"], default="md", help="default md")
+    table_source_options(why)
+    why.set_defaults(func=cmd_explain)

@@ -90,10 +90,14 @@ def write_plan(
     path: str | Path,
     note: str | None = None,
     refinement: RefinementRecord | None = None,
+    seed: int | None = None,
 ) -> None:
-    """The plan file; `note` (e.g. the task lies outside the model's training), the task's
-    constraints and what a measured refinement found go in too."""
+    """The plan file; `note` (e.g. the task lies outside the model's training), the planner's
+    `seed` (`dreamshard explain` re-runs its candidates from it), the task's constraints and
+    what a measured refinement found go in too."""
     data = plan_to_dict(task, placement) | ({"note": note} if note else {})
+    if seed is not None:
+        data["seed"] = seed
     if task.constraints:  # what the plan was made to hold, as a constraints file writes it
         data["constraints"] = task.constraints.as_dict()
     if refinement is not None:

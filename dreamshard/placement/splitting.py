@@ -247,31 +247,44 @@ def split_place(
     so every device keeps room), without weighing the pinned shards' cost, which row ranges of
     one table spread over every device alike."""
     shards = shard_task(task, splits)
-    pinned = pinned_shards(shards, splits)
+    pinned, free, rest = planned_shards(task, splits)
     if not pinned:
         return replace(planner(shards), splits=tuple(splits))
-    sizes = shards.table_bytes()
-    load = np.zeros(task.num_devices, dtype=np.int64)
-    for i, d in pinned.items():
-        load[d] += sizes[i]
-    free = [i for i in range(len(shards.tables)) if i not in pinned]
     devices = np.zeros(len(shards.tables), dtype=np.int64)
     devices[list(pinned)] = list(pinned.values())
     placement = Placement((), method)  # when every shard is pinned, the planner has none
     if free:
-        rest = replace(
-            shards,
-            tables=tuple(shards.tables[i] for i in free),
-            memory_cap_bytes=int(task.memory_cap_bytes - load.max()),
-        )
-        if rest.memory_cap_bytes <= 0:
-            raise InfeasibleError(
-                "the row-wise shards leave no memory for the other tables; raise the memory "
-                "per device or add devices"
-            )
         placement = planner(rest)
         devices[free] = placement.devices
     return replace(placement, devices=tuple(int(d) for d in devices), splits=tuple(splits))
+
+
+def planned_shards(
+    task: PlacementTask, splits: tuple[Split, ...]
+) -> tuple[dict[int, int], list[int], PlacementTask]:
+    """What `split_place` hands a planner: (the shards pinned to their devices, shard index ->
+    device; the other shards' indices; the task of those others, each device's cap less the
+    largest pinned load, or the shard task itself when none is pinned)."""
+    shards = shard_task(task, splits)
+    pinned = pinned_shards(shards, splits)
+    free = [i for i in range(len(shards.tables)) if i not in pinned]
+    if not pinned:
+        return pinned, free, shards
+    sizes = shards.table_bytes()
+    load = np.zeros(task.num_devices, dtype=np.int64)
+    for i, d in pinned.items():
+        load[d] += sizes[i]
+    rest = replace(
+        shards,
+        tables=tuple(shards.tables[i] for i in free),
+        memory_cap_bytes=int(task.memory_cap_bytes - load.max()),
+    )
+    if free and rest.memory_cap_bytes <= 0:
+        raise InfeasibleError(
+            "the row-wise shards leave no memory for the other tables; raise the memory "
+            "per device or add devices"
+        )
+    return pinned, free, rest
 
 
 def candidate_splits(

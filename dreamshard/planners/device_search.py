@@ -323,3 +323,21 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
 def _spread(topology: Topology, d: int) -> np.ndarray | None:
     """Each of `d` devices' host when the topology spans hosts there, else None."""
     return topology.hosts_of(d) if topology.host_size(d) < d else None
+
+
+def move_costs(task: PlacementTask, devices, model: DeviceModel) -> np.ndarray:
+    """[T, D] the model's overall cost of the placement `devices` with table t moved to device
+    d alone (the placement's own cost where d is t's device; inf where d lacks the room): what
+    `dreamshard explain` shows of each table's next-best devices."""
+    devices = np.asarray(devices, dtype=np.int64)
+    state = _State.start(model, task, devices)
+    t, d = len(devices), task.num_devices
+    table, target = np.divmod(np.arange(t * d), d)
+    sizes = task.table_bytes().astype(np.int64)
+    moving = target != devices[table]
+    costs = np.full(t * d, float(state.fwd.max() + state.rest.max()))
+    none = -np.ones(int(moving.sum()), dtype=np.int64)
+    rows = np.stack([table[moving], target[moving], none, none], axis=1)
+    costs[moving] = _score(state, model, rows)
+    costs[moving & (state.used[target] + sizes[table] > task.memory_cap_bytes)] = np.inf
+    return costs.reshape(t, d)
