@@ -203,3 +203,38 @@ def feature_ablation_frame(results: dict) -> pd.DataFrame:
         record["Spearman change"] = stats["spearman"]["change"]
         rows.append(record)
     return pd.DataFrame(rows)
+
+
+def explanation_frames(found) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """`evaluation.explain`'s explanation as three tables: devices (predicted terms, bottleneck,
+    critical), tables (key, load before, next-best devices) and the candidates weighed."""
+    devices = pd.DataFrame(
+        [
+            {
+                "device": d.device,
+                "tables": d.tables,
+                "fwd ms": d.fwd_ms,
+                "all-to-all ms": d.comm_ms,
+                "bwd ms": d.bwd_ms,
+                "bottleneck": d.bottleneck,
+                "critical": d.critical or "-",
+            }
+            for d in found.devices
+        ]
+    )
+    tables = pd.DataFrame(
+        [
+            {
+                "table": t.table,
+                "device": t.device,
+                "key": t.key,
+                "load before": t.load_before,
+                "next best": ", ".join(f"{d}: {ms:.3f} ms" for d, ms in t.next_best) or "-",
+            }
+            for t in found.tables
+        ]
+    )
+    candidates = pd.DataFrame(
+        [{"candidate": c.name, "predicted ms": c.predicted_ms} for c in found.candidates]
+    )
+    return devices, tables, candidates

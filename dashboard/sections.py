@@ -1,4 +1,5 @@
-"""Page parts every page shares: the empty state, read errors, and picking an evaluate run."""
+"""Page parts every page shares: the empty state, read errors, picking an evaluate run, and a
+plan's explanation."""
 
 from __future__ import annotations
 
@@ -47,3 +48,32 @@ def pick_evaluation(found: list[dict], key: str) -> dict:
         "Evaluation run", ids, index=index, format_func=labels.__getitem__, key=key
     )
     return found[ids.index(chosen)]
+
+
+def explanation(task, placement, model, seed: int = 0) -> None:
+    """Why the plan puts each table where it does (`dreamshard explain`, the same numbers), in
+    an expander: by `model`'s cost network, or the analytic model without one."""
+    from dashboard.frames import explanation_frames
+    from dreamshard.evaluation.explain import explain_plan
+
+    with st.expander("Why each table sits where it does"):
+        try:
+            found = explain_plan(task, placement, model, seed)
+        except DreamshardError as exc:
+            st.warning(f"No explanation: {exc}")
+            return
+        devices, tables, candidates = explanation_frames(found)
+        st.caption(
+            f"Predicted by {found.judge}: {found.overall_ms:.3f} ms, the slowest forward plus "
+            "the slowest all-to-all and backward. Tables largest key first (key: "
+            f"{found.key}); next best: the overall with the table moved there alone."
+        )
+        st.dataframe(devices, hide_index=True, width="stretch")
+        st.dataframe(tables, hide_index=True, width="stretch")
+        if not candidates.empty:
+            verdict = "is" if found.plan_is_winner else "is not"
+            st.caption(
+                f"The candidates the model's planner weighed (seed {seed}); the plan {verdict} "
+                "the winner."
+            )
+            st.dataframe(candidates, hide_index=True, width="stretch")

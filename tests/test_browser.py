@@ -241,3 +241,13 @@ def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
     )
     assert planner.get_attribute("value") == "lookup"
     assert path.stat().st_size > 20_000
+    # the plan explained (`dreamshard explain`'s numbers) in its expander
+    summary = next(
+        e
+        for e in browser.find_elements(By.CSS_SELECTOR, "details summary")
+        if "Why each table sits where it does" in e.text
+    )
+    summary.click()
+    WebDriverWait(browser, RENDER_TIMEOUT_S).until(
+        lambda d: "(key: lookup)" in d.page_source and "the slowest forward plus" in d.page_source
+    )

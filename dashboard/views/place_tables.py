@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import frames, place, plots, store
+from dashboard import frames, place, plots, sections, store
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.coverage import outside_training
 from dreamshard.placement.plan_file import plan_to_dict
@@ -189,6 +189,8 @@ else:
         "the overall line is composed from the device heads (slowest forward, then the "
         "slowest exchange and backward)."
     )
+
+sections.explanation(task, placement, predictor)
 
 plan_text = json.dumps(plan, indent=2)
 st.download_button(

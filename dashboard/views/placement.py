@@ -96,3 +96,4 @@ st.dataframe(
         "of": st.column_config.TextColumn("shard of"),
     },
 )
+sections.explanation(*placed, None)

@@ -4,7 +4,8 @@
 `evaluate` (the one evaluation: every planner on every task, measured in rounds; used by the
 flows, the demo, the benchmarks and the dashboard), `results` (`Evaluation`: the strongest fixed
 heuristic, the per-task best heuristic, the best known and every ratio to them), `refine`
-(`dreamshard place --refine`: a planner's top candidates measured before use).
+(`dreamshard place --refine`: a planner's top candidates measured before use), `explain`
+(`dreamshard explain`: why a plan puts each table where it does, as a cost model sees it).
 For the benchmarks' reports: `ratio_tables` (a ratio's cells: mean with its range or interval,
 [k/n]), `report_files` (the markdown, its JSON and CSV, the host line), `models` (a model
 trained for a run, in words), `best_known` (a task's best known placement by measured search),
