@@ -159,8 +159,13 @@ def test_place_tables_page_places_a_pasted_spec(store_env):
     at = open_page("place_tables")
     at.radio(key="place_source").set_value("Paste CSV").run()
     assert_clean(at)
-    plan_devices = at.dataframe[0].value
+    frames = [d.value for d in at.dataframe]
+    plan_devices = next(f for f in frames if "memory_mib" in f.columns)
     placed = [name for names in plan_devices["tables"] for name in names]
+    # the plan explained: every device and every placed table or shard, by the champion
+    devices = next(f for f in frames if "bottleneck" in f.columns)
+    assert devices["device"].tolist() == plan_devices["device"].tolist()
+    assert sorted(next(f for f in frames if "load before" in f.columns)["table"]) == sorted(placed)
     assert len({name.split("[")[0] for name in placed}) == 6  # the example spec's tables
     assert len(set(placed)) == len(placed)  # each table, or each of its shards, once
     # 6 tables of up to 4M rows, placed by a model trained on 12-table cpu-12x2 tasks

@@ -68,30 +68,49 @@ def _constraints(task: PlacementTask, costs: np.ndarray) -> list[LinearConstrain
         LinearConstraint(load, -np.inf, 0),
         LinearConstraint(memory, -np.inf, 1),
     ]
-    bound = bind(task)
+    return rows + constraint_rows(task, n)
+
+
+def constraint_rows(task: PlacementTask, n: int) -> list[LinearConstraint]:
+    """The task's together and apart constraints as rows over n columns whose first T*D are
+    x (table-major: x[t * D + d] = 1 where table t is on device d): each group member on its
+    first member's device, and at most one of a table and each partner per device."""
+    bound, d = bind(task), task.num_devices
     if bound is None:
-        return rows
-    # together: each member on its group's first member's device; apart: at most one of a
-    # set per device (a table and each of its partners); pins are the variables' bounds
+        return []
     pairs = [(int(m[0]), int(o)) for m in bound.members for o in m[1:]]
     pairs_apart = [(a, int(b)) for a, bs in bound.partners.items() for b in bs if a < b]
-    for kind, found in (("together", pairs), ("apart", pairs_apart)):
-        if not found:
+    found = []
+    for kind, listed in (("together", pairs), ("apart", pairs_apart)):
+        if not listed:
             continue
-        first, other = np.array(found).T
-        k = np.arange(len(found) * d)
-        cols_a = (np.repeat(first, d) * d) + np.tile(np.arange(d), len(found))
-        cols_b = (np.repeat(other, d) * d) + np.tile(np.arange(d), len(found))
+        first, other = np.array(listed).T
+        k = np.arange(len(listed) * d)
+        cols_a = np.repeat(first, d) * d + np.tile(np.arange(d), len(listed))
+        cols_b = np.repeat(other, d) * d + np.tile(np.arange(d), len(listed))
         sign = -1.0 if kind == "together" else 1.0
-        pair_rows = matrix(
-            np.concatenate([k, k]),
-            np.concatenate([cols_a, cols_b]),
-            np.concatenate([np.ones(len(k)), np.full(len(k), sign)]),
-            len(k),
-        )
-        low = 0.0 if kind == "together" else -np.inf
-        rows.append(LinearConstraint(pair_rows, low, 0.0 if kind == "together" else 1.0))
-    return rows
+        values = np.concatenate([np.ones(len(k)), np.full(len(k), sign)])
+        matrix = coo_matrix(
+            (values, (np.concatenate([k, k]), np.concatenate([cols_a, cols_b]))),
+            shape=(len(k), n),
+        ).tocsr()
+        if kind == "together":
+            found.append(LinearConstraint(matrix, 0.0, 0.0))
+        else:
+            found.append(LinearConstraint(matrix, -np.inf, 1.0))
+    return found
+
+
+def fix_pins(task: PlacementTask, lower: np.ndarray, upper: np.ndarray) -> bool:
+    """Fix the pinned tables' x to their devices in the bounds; True where the task has
+    constraints (its devices then differ, so no symmetry may be broken by hand)."""
+    bound, d = bind(task), task.num_devices
+    if bound is None:
+        return False
+    for table in np.flatnonzero(bound.pin >= 0):
+        upper[table * d : (table + 1) * d] = 0
+        upper[table * d + bound.pin[table]] = lower[table * d + bound.pin[table]] = 1
+    return True
 
 
 def solve_milp(
@@ -109,14 +128,9 @@ def solve_milp(
     upper = np.ones(t * d + 1)
     upper[-1] = np.inf
     lower = np.zeros(t * d + 1)
-    bound = bind(task)
-    if bound is None:  # devices alike: break their symmetry (table k on devices 0..k only)
+    if not fix_pins(task, lower, upper):  # devices alike: table k on devices 0..k only
         for rank, table in enumerate(np.argsort(-scaled, kind="stable")):
             upper[table * d + rank + 1 : (table + 1) * d] = 0
-    else:  # the constraints tell devices apart; a pinned table's variables are fixed
-        for table in np.flatnonzero(bound.pin >= 0):
-            upper[table * d : (table + 1) * d] = 0
-            upper[table * d + bound.pin[table]] = lower[table * d + bound.pin[table]] = 1
     lower[-1] = lower_bounds(scaled, d).best
     objective = np.zeros(t * d + 1)
     objective[-1] = 1.0

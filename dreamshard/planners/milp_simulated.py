@@ -29,7 +29,7 @@ from scipy.sparse import coo_matrix
 from dreamshard.costs.comm import POOLED_BYTES, get_topology, ms_per_byte
 from dreamshard.costs.simulated import SimulatedBackend, table_quantities
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
-from dreamshard.planners.milp import STATUS, MilpResult
+from dreamshard.planners.milp import STATUS, MilpResult, constraint_rows, fix_pins
 from dreamshard.tables.traces import table_batch_size
 
 CALL, TABLES, LOOKUPS, VOLUME, TOUCHED, WIDTH, LOOKUPS_X_WIDTH = range(7)
@@ -146,10 +146,13 @@ def solve_simulated_milp(
             1,
         ),
     ]
-    upper = np.ones(n)
+    constraints += constraint_rows(task, n)  # the task's together and apart constraints
+    upper, lower = np.ones(n), np.zeros(n)
     upper[[f_col, b_col]] = np.inf
     order = np.argsort(-(fwd + bwd), kind="stable")
-    if size >= d:
+    if fix_pins(task, lower, upper):
+        pass  # pins and groups tell the devices apart: no symmetry to break
+    elif size >= d:
         for rank, table in enumerate(order):
             upper[table * d + rank + 1 : (table + 1) * d] = 0  # identical devices: 0..rank only
     else:  # hosts alike, devices alike within a host: the first table on device 0
@@ -159,7 +162,7 @@ def solve_simulated_milp(
     result = milp(
         objective,
         integrality=np.r_[np.ones(t * d + d), 0, 0],
-        bounds=Bounds(np.zeros(n), upper),
+        bounds=Bounds(lower, upper),
         constraints=constraints,
         options={"time_limit": time_limit_s, "mip_rel_gap": rel_gap},
     )
