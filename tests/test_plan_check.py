@@ -138,3 +138,15 @@ def test_explain_prints_the_models_own_predictions(tables, tmp_path, capsys):
     lookup = place(task, "lookup")
     assert shown["overall_ms"] == pytest.approx(SimulatedBackend().measure(task, lookup).overall)
     assert shown["key"] == "lookup" and not shown["candidates"]
+
+
+def test_check_holds_a_plan_to_the_constraints_it_records(tables, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    flags = ["--pin", "t0000=2", "--apart", "t0000,t0001", "--out", str(plan)]
+    assert main(place_command(tables, 4, 1, *flags)) == 0
+    data = json.loads(plan.read_text())
+    data["placement"]["t0000"] = 1  # moved off its pin
+    plan.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["check", "--plan", str(plan), "--tables", str(tables), "--no-compare"]) == 1
+    assert "legal: no: table t0000 is pinned to device 2, not on 1" in capsys.readouterr().out

@@ -19,9 +19,9 @@ ILLEGAL = 1
 
 
 def plan_task(args: argparse.Namespace) -> PlacementTask:
-    """The task a plan file places: its tables, and the devices, memory per device, precision
-    and optimizer the plan records (ours) or the flags give (a TorchRec plan records only its
-    ranks); a flag given overrides the plan."""
+    """The task a plan file places: its tables, and the devices, memory per device, precision,
+    optimizer and constraints the plan records (ours) or the flags give (a TorchRec plan
+    records only its ranks); a flag given overrides the plan."""
     data = read_json(args.plan, "plan file")
     ours = isinstance(data, dict) and data.get("format") == PLAN_FORMAT
     recorded = data if ours else {}
@@ -46,8 +46,17 @@ def plan_task(args: argparse.Namespace) -> PlacementTask:
     precision = args.precision or recorded.get("precision") or "fp16"
     optimizer = args.optimizer or recorded.get("optimizer") or "sgd"
     tables = load_table_source(args)
+    constraints = None
+    if recorded.get("constraints"):  # what the plan was made to hold: checked too
+        from dreamshard.files import validate
+        from dreamshard.placement.constraints import ConstraintsFile
+
+        where = f"{args.plan}: constraints"
+        constraints = validate(ConstraintsFile, recorded["constraints"], where).constraints()
     name = str(args.plan)
-    return PlacementTask(tuple(tables), int(devices), int(cap), precision, name, optimizer)
+    return PlacementTask(
+        tuple(tables), int(devices), int(cap), precision, name, optimizer, constraints
+    )
 
 
 def cmd_check(args: argparse.Namespace) -> int:

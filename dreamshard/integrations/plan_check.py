@@ -4,7 +4,8 @@ For a plan of a task (read from our plan JSON, from the JSON form of a TorchRec 
 that `place --format torchrec` writes, or taken live from a `ShardingPlan` and its model with
 `check_sharding_plan`) it reports:
 
-- legality: each device within its memory cap, fixed shard layouts, the task's constraints;
+- legality: each device within its memory cap, fixed shard layouts, the task's constraints
+  (a plan file's own, as `place` recorded them);
 - memory per device, as we count it (weights at the task's precision and the optimizer's state)
   and as TorchRec's planner counts it (its storage estimate of each shard: weights, optimizer
   state, and the input and pooled output buffers of a batch), where TorchRec is installed;
@@ -29,6 +30,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json
 from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.plan_file import PLAN_FORMAT, placement_from_plan
 from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import (
@@ -88,7 +90,9 @@ def check_plan(
     """The report on `placement` of `task` (module docstring). `model`: a cost network's view
     instead of the analytic model's (anything `resolve_model` takes); `compare`: False skips
     dreamshard's plan of the same tables."""
-    problem = placement_problem(task, placement)
+    problem = placement_problem(task, placement) or sharding_problem(
+        task.constraints, placement.splits
+    )
     roomy = replace(task, memory_cap_bytes=2**62, constraints=None)  # costs ignore the caps
     shards, flat = shard_view(roomy, placement)
     ours = device_memory(task, placement) if _maps(task, placement) else None
