@@ -76,10 +76,15 @@ COUNTS = (
         "on real hardware, placements labelled by the simulated backend (scaled to this host) "
         "that the cost network is fitted on first (0: none)",
     ),
+    (
+        "pretrain_split",
+        "of those, placements of split tables (0: whole tables only), so the prior shows the "
+        "network the shards --split auto weighs",
+    ),
     ("pretrain_steps", "cost-network steps on those"),
     ("train_tasks", "training tasks of the suite"),
 )
-MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain")
+MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split")
 TRAIN_OPTIONS: dict[str, dict] = {
     "suite": {"help": "suite"},
     "backend": {

@@ -42,6 +42,13 @@ def training_note(config: TrainConfig) -> str:
         f"{config.iterations} iterations of {config.placements_per_iteration} placements, warm "
         f"start {config.warm_start} heuristic and random placements"
         + (f" on {devices} devices" if devices else "")
+        + (f" and {config.warm_start_split} of split tables" if config.warm_start_split else "")
+        + (
+            f", a simulated prior of {config.pretrain} placements ({config.pretrain_split} of "
+            "split tables)"
+            if config.pretrain and config.backend != "simulated"
+            else ""
+        )
         + f", {config.costnet_steps} cost-net steps per iteration, {config.policy_updates} "
         f"policy updates of {config.episodes} episodes, {config.costnet_loss} loss, "
         f"{config.costnet_encoder} cost-network design, "

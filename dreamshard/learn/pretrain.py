@@ -36,6 +36,7 @@ from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.model_file import SHIPPED
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import Suite
+from dreamshard.placement.tasks import placement_task
 from dreamshard.tables.features import feature_matrix
 from dreamshard.tables.traces import table_batch_size
 
@@ -85,13 +86,16 @@ def compute_sums(rows: Sequence, simulated: SimulatedBackend, labels: str = "raw
 
 
 def prior_examples(
-    suite: Suite, count: int, simulated: SimulatedBackend, factor: float
+    suite: Suite, count: int, simulated: SimulatedBackend, factor: float, split: int = 0
 ) -> list[Example]:
-    """`count` heuristic and random placements of the suite's training tasks, labelled by the
-    simulated backend with compute scaled by `factor`."""
+    """`count` heuristic and random placements of the suite's training tasks, `split` of them
+    of split tables (the "split" mix), labelled by the simulated backend with compute scaled by
+    `factor`; a split placement is an example of its shards."""
     examples = []
-    for job in collection_jobs(suite, count):
+    jobs = [*collection_jobs(suite, count - split), *collection_jobs(suite, split, "split")]
+    for job in jobs:
         cost = simulated.measure(job.task, job.placement)
+        job = replace(job, task=placement_task(job.task, job.placement))  # the shards placed
         targets = np.array(
             [[getattr(d, term) for term in DEVICE_TERMS] for d in cost.devices], dtype=np.float32
         )
@@ -102,7 +106,7 @@ def prior_examples(
         examples.append(
             Example(
                 feature_matrix(job.task.tables),
-                np.array(job.placement.devices),
+                np.array(job.placement.devices),  # one device per shard
                 job.task.num_devices,
                 targets,
                 float(overall),
@@ -143,9 +147,11 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
         )
         return {"gains": list(map(float, factors)), "factor_from": len(rows)}
     factor = host_factor(rows, simulated, config.labels)
-    examples = prior_examples(suite, config.pretrain, simulated, factor)
+    split = min(config.pretrain_split, config.pretrain)
+    examples = prior_examples(suite, config.pretrain, simulated, factor, split)
     log(
-        f"simulated prior: fitting the cost network on {len(examples)} placements labelled by "
+        f"simulated prior: fitting the cost network on {len(examples)} placements ({split} of "
+        f"split tables) labelled by "
         f"the simulated backend (compute x {factor:.3f}, measured / simulated compute over "
         f"{len(rows)} measurements here), {config.pretrain_steps} steps"
     )

@@ -42,6 +42,9 @@ class TrainConfig:
     # on real hardware, the cost network is first fitted on this many placements labelled by
     # the simulated backend, scaled to this host (0: none; never on the simulated backend)
     pretrain: int = 2000
+    # of which this many place split tables (costs.collect's "split" mix): labels for the
+    # shards --split auto weighs, free on the simulated backend (0: whole tables only)
+    pretrain_split: int = 0
     pretrain_steps: int = 3000
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
