@@ -82,9 +82,14 @@ COUNTS = (
         "network the shards --split auto weighs",
     ),
     ("pretrain_steps", "cost-network steps on those"),
+    (
+        "rehearsal",
+        "on real hardware, from the shipped network: tasks of its pre-training family replayed "
+        "beside the measurements, half of every batch, so it keeps what it knew (0: none)",
+    ),
     ("train_tasks", "training tasks of the suite"),
 )
-MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split")
+MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split", "rehearsal")
 TRAIN_OPTIONS: dict[str, dict] = {
     "suite": {"help": "suite"},
     "backend": {

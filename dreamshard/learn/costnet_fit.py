@@ -70,8 +70,12 @@ def fitted_heads(costnet: CostNet) -> list[int]:
     return [k for k in range(len(DEVICE_TERMS)) if k != skip]
 
 
-def fit_costnet(state, config, examples: list[Example]) -> list[float]:
+def fit_costnet(
+    state, config, examples: list[Example], replay: list[Example] | None = None
+) -> list[float]:
     """`config.costnet_steps` Adam steps on random batches; the lr decays over the whole run.
+    With `replay` (rehearsal: what the network was pre-trained on), half of every batch comes
+    from it.
 
     The first fit fixes the network's target scale (the median overall cost seen), so later
     iterations keep refining the same function.
@@ -90,8 +94,11 @@ def fit_costnet(state, config, examples: list[Example]) -> list[float]:
         for group in state.costnet_optimizer.param_groups:
             base = group.get("base_lr", config.learning_rate)  # a group's own, if it has one
             group["lr"] = base * max(0.0, 1.0 - global_step / total)
-        picks = state.rng.integers(len(examples), size=min(config.costnet_batch, len(examples)))
+        size = min(config.costnet_batch, len(examples))
+        picks = state.rng.integers(len(examples), size=size - size // 2 if replay else size)
         batch_examples = [examples[i] for i in picks]
+        if replay:
+            batch_examples += [replay[i] for i in state.rng.integers(len(replay), size=size // 2)]
         batch = example_batch(costnet, batch_examples)
         device_target, overall_target = _targets(batch_examples)
         device_pred, overall_pred = costnet(batch)

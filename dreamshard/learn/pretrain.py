@@ -166,6 +166,36 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
     }
 
 
+REHEARSAL_SEED = 3  # the shipped network's data used seeds 0-2 (fit, held out, calibration)
+
+
+def rehearsal_examples(config: TrainConfig, rows: Sequence, topology: str) -> list[Example]:
+    """`config.rehearsal` tasks of the shipped network's pre-training family, 8 placements each,
+    labelled as it was pre-trained (each task by its own drawn analytic model, never the
+    calibrated judge) with compute scaled to this host by the measurements `rows`: replayed
+    beside the measurements while fine-tuning, so the network keeps what it knew of tables
+    unlike the suite's. Its own seed, apart from the pre-training's."""
+    from dreamshard.learn.pretrain_data import overall_of, pretrain_examples
+
+    factor = host_factor(rows, SimulatedBackend(topology=topology), config.labels)
+    examples = []
+    for example in pretrain_examples(REHEARSAL_SEED + config.seed, config.rehearsal, 8):
+        targets = example.device_targets.copy()
+        targets[:, COMPUTE] *= factor
+        examples.append(replace(example, device_targets=targets, overall=overall_of(targets)))
+    return examples
+
+
+def wants_rehearsal(config: TrainConfig) -> bool:
+    """Whether a run replays the pre-training family: on real hardware, from the shipped
+    network (what it would forget)."""
+    return (
+        bool(config.rehearsal)
+        and config.backend != "simulated"
+        and config.init_model in ("", SHIPPED)
+    )
+
+
 def wants_prior(config: TrainConfig) -> bool:
     """Whether a run fits the simulated prior first (sets a hybrid network's gains): on real
     hardware, from scratch or from the shipped network (the prior is scaled to the

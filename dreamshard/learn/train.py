@@ -38,7 +38,13 @@ from dreamshard.learn.model_file import (
     shipped_model,
 )
 from dreamshard.learn.policy import PlacementPolicy, reinforce_loss
-from dreamshard.learn.pretrain import measured_rows, pretrain_costnet, wants_prior
+from dreamshard.learn.pretrain import (
+    measured_rows,
+    pretrain_costnet,
+    rehearsal_examples,
+    wants_prior,
+    wants_rehearsal,
+)
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
@@ -304,6 +310,12 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     if not state.iteration and wants_prior(config):
         rows = measured_rows(dataset, backend.config(), fitting=True)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
+    replay = None
+    if wants_rehearsal(config):  # made again on a resume: the same seed, the same examples
+        rows = measured_rows(dataset, backend.config(), fitting=True)
+        topology = state.costnet.comm["topology"] if state.costnet.comm else "cpu-gloo"
+        replay = rehearsal_examples(config, rows, topology)
+        log(f"rehearsal: {len(replay)} placements of the pre-training family replayed")
     probe = tasks[: min(5, len(tasks))]
     # the simulated backend is cheap: probe the greedy policy's true cost on it every iteration
     probe_backend = backend if config.backend == "simulated" else None
@@ -313,7 +325,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         examples: list[Example] = load_examples(
             dataset, backend.config(), config.labels, fitting=True
         )
-        losses = fit_costnet(state, config, examples)
+        losses = fit_costnet(state, config, examples, replay)
         rewards = train_policy(state, config, tasks)
         state.iteration += 1
         predicted, measured = probe_cost(state, probe, probe_backend)

@@ -46,6 +46,10 @@ class TrainConfig:
     # shards --split auto weighs, free on the simulated backend (0: whole tables only)
     pretrain_split: int = 0
     pretrain_steps: int = 3000
+    # fine-tuning the shipped network on real hardware: this many tasks of its pre-training
+    # family (learn/pretrain_data.py, 8 placements each, labelled by their own drawn models)
+    # replayed beside the measurements, half of every batch, so it keeps what it knew (0: none)
+    rehearsal: int = 0
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False
