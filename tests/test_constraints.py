@@ -205,3 +205,32 @@ def test_dreamshard_planner_reads_torchrecs_sharding_types():
     plan = planner.plan(model)
     kinds = {name: s.sharding_type for m in plan.plan.values() for name, s in m.items()}
     assert kinds == {"shared": "column_wise", "clicks": "table_wise"}
+
+
+def test_a_pin_holds_where_memory_binds_and_split_candidates_shrink_the_cap(tmp_path):
+    """Under --split auto a candidate with row shards leaves each device less room; where a
+    pinned table no longer fits it, that candidate is skipped, not the whole plan refused."""
+    from dreamshard.cli.main import main
+
+    tables = generated_tables(tmp_path / "tables.json", 30)
+    for method in ("size_lookup", "dreamshard"):
+        out = tmp_path / f"{method}.json"
+        flags = ("--method", method, "--pin", "t0026=0", "--out", str(out))
+        assert main(place_command(tables, 4, 0.0105, *flags)) == 0
+        plan = json.loads(out.read_text())
+        assert plan["placement"]["t0026"] == 0
+
+
+def test_refinement_measures_only_plans_that_hold_the_constraints(tmp_path, capsys):
+    from dreamshard.cli.main import main
+
+    tables = generated_tables(tmp_path / "tables.json", 16)
+    out = tmp_path / "plan.json"
+    flags = ["--method", "dreamshard", "--sharding", "t0005=row_wise", "--pin", "t0001=3"]
+    refine = ["--refine", "simulated", "--refine-seconds", "1", "--out", str(out)]
+    assert main(place_command(tables, 4, 1, *flags, *refine)) == 0
+    plan = json.loads(out.read_text())
+    assert {"table": "t0005", "kind": "row", "parts": 4} in plan["splits"]
+    assert plan["placement"]["t0001"] == 3
+    capsys.readouterr()
+    assert main(["check", "--plan", str(out), "--tables", str(tables), "--no-compare"]) == 0

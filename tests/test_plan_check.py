@@ -150,3 +150,22 @@ def test_check_holds_a_plan_to_the_constraints_it_records(tables, tmp_path, caps
     capsys.readouterr()
     assert main(["check", "--plan", str(plan), "--tables", str(tables), "--no-compare"]) == 1
     assert "legal: no: table t0000 is pinned to device 2, not on 1" in capsys.readouterr().out
+
+
+def test_explain_keeps_the_plans_constraints_and_fixed_shards(tables, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    flags = ["--method", "dreamshard", "--pin", "t0000=2", "--apart", "t0000,t0003"]
+    flags += ["--sharding", "t0005=row_wise", "--out", str(plan)]
+    assert main(place_command(tables, 4, 1, *flags)) == 0
+    capsys.readouterr()
+    why = ["explain", "--plan", str(plan), "--tables", str(tables), "--model", "shipped"]
+    assert main([*why, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["plan_is_winner"]  # re-run under the same constraints, it is the winner
+    rows = {t["table"]: t for t in shown["tables"]}
+    assert rows["t0000"]["next_best"] == []  # pinned: no other device
+    assert all(not r["next_best"] for name, r in rows.items() if name.startswith("t0005["))
+    assert 2 not in [d for d, _ in rows["t0003"]["next_best"]]  # t0000's device: apart
+    assert [r["overall_ms"] for r in rows.values()] == pytest.approx(
+        [shown["overall_ms"]] * len(rows), rel=1e-4
+    )

@@ -11,7 +11,8 @@ where it splits tables):
   of the table alone on a device), the device's load of that key before the table arrived
   (tables taken in descending key, the order the heuristics and the policy place in), the
   overall cost where it is, and the two next-best devices' overall costs with it moved there
-  alone (`device_search.move_costs`);
+  alone (`device_search.move_costs`), among the devices its constraints and a fixed shard
+  layout allow;
 - with a model: the candidates that model's planner weighed for these tables (or shards:
   those a fixed layout does not pin, as `split_place` hands them over), re-run
   deterministically from the plan's seed (`ranked_candidates`), which won and by how much,
@@ -27,9 +28,10 @@ import numpy as np
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.constraints import bind
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
 from dreamshard.placement.splitting import planned_shards
-from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_task, shard_view
 from dreamshard.planners.device_search import analytic_model, costnet_model, move_costs
 from dreamshard.planners.dreamshard_planner import ranked_candidates
 
@@ -120,8 +122,17 @@ def explain_plan(
         fwd, bwd, _ = device_model.terms(device_model.vectors)
         keys = (fwd + bwd) * scale
     moved = move_costs(shards, devices, device_model) * scale
-    pinned, free, rest = planned_shards(roomy, placement.splits)
-    moved[list(pinned)] = np.inf  # a shard of a fixed layout (row-wise, data-parallel) stays
+    pinned, free, rest = planned_shards(task, placement.splits)  # the plan's constraints kept
+    fixed = np.zeros(len(devices), dtype=bool)
+    fixed[list(pinned)] = True  # a shard of a fixed layout (row-wise, data-parallel) stays
+    bound = bind(placement_task(task, placement))
+    if bound is not None:  # no next-best device the constraints forbid
+        fixed |= bound.frozen
+        for table, others in bound.partners.items():
+            moved[table, devices[others]] = np.inf
+    here = moved[np.arange(len(devices)), devices]
+    moved[fixed] = np.inf
+    moved[np.arange(len(devices)), devices] = here
     explanation.tables = table_rows(shards, devices, keys, moved)
     if model is not None:  # as `split_place` ran the planner: on the shards not pinned
         ranked = ranked_candidates(rest, model, samples, seed)

@@ -28,11 +28,12 @@ from dreamshard.evaluation.rounds import (
     measure_interleaved,
     paired_ratios,
 )
+from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.plan_file import MeasuredCandidateRecord, RefinementRecord
 from dreamshard.placement.planner import PlanOptions, SeededPlanner
 from dreamshard.placement.registry import method_names, registration
-from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_problem
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 
@@ -152,7 +153,11 @@ def candidates_to_measure(
         except InfeasibleError:  # its packing search gave up; the others still compete
             continue
     distinct: dict[tuple, Placement] = {}
-    for placement in ranked + heuristics:  # the first of equal placements
+    for placement in ranked + heuristics:  # the first of equal placements, legal ones only
+        if placement_problem(task, placement) or sharding_problem(
+            task.constraints, placement.splits
+        ):
+            continue  # a whole-table heuristic where --sharding cuts a table, say
         distinct.setdefault((placement.splits, placement.devices), placement)
     return [
         (p.candidate or p.method, p, planner.predict(task, p, options)) for p in distinct.values()

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dreamshard.errors import DreamshardError
+from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.report import format_bytes
 
 
@@ -95,6 +95,12 @@ class ConstraintsFile(BaseModel):
     sharding: dict[str, str] = Field(default_factory=dict)
 
     def constraints(self) -> Constraints:
+        for key, groups in (("together", self.together), ("apart", self.apart)):
+            for group in groups:
+                if len(set(group)) < 2:
+                    raise DreamshardError(
+                        f"{key} {group}: name at least two distinct tables in each group"
+                    )
         sharding = [parse_sharding(f"{name}={kind}") for name, kind in self.sharding.items()]
         return Constraints(
             tuple(self.pin.items()),
@@ -305,8 +311,8 @@ def bind(task) -> BoundConstraints | None:
         return None
     if "_bound_constraints" not in task.__dict__:
         problem = conflict(task, constraints)
-        if problem:
-            raise DreamshardError(f"the constraints cannot hold: {problem}")
+        if problem:  # no legal placement: a split candidate's reduced cap skips that candidate
+            raise InfeasibleError(f"the constraints cannot hold: {problem}")
         places = constraints.pins or constraints.together or constraints.apart
         bound = _bind(task, constraints) if places else None
         object.__setattr__(task, "_bound_constraints", bound)  # frozen: set past the guard
