@@ -18,11 +18,21 @@ from dreamshard.tables.table import BYTES_PER_WEIGHT, OPTIMIZER_STATE_WORDS
 ILLEGAL = 1
 
 
-def plan_task(args: argparse.Namespace) -> PlacementTask:
-    """The task a plan file places: its tables, and the devices, memory per device, precision,
-    optimizer and constraints the plan records (ours) or the flags give (a TorchRec plan
-    records only its ranks); a flag given overrides the plan."""
+def read_plan(args: argparse.Namespace):
+    """(the plan file's content, the task it places, its placement of it), the file read once:
+    what `check` and `explain` start from."""
+    from dreamshard.integrations.plan_check import read_any_plan
+
     data = read_json(args.plan, "plan file")
+    task = plan_task(args, data)
+    task.validate()
+    return data, task, read_any_plan(args.plan, task, args.module_path, data)
+
+
+def plan_task(args: argparse.Namespace, data) -> PlacementTask:
+    """The task a plan file (its content `data`) places: its tables, and the devices, memory
+    per device, precision, optimizer and constraints the plan records (ours) or the flags give
+    (a TorchRec plan records only its ranks); a flag given overrides the plan."""
     ours = isinstance(data, dict) and data.get("format") == PLAN_FORMAT
     recorded = data if ours else {}
     devices = args.devices or recorded.get("num_devices")
@@ -60,11 +70,9 @@ def plan_task(args: argparse.Namespace) -> PlacementTask:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from dreamshard.integrations.plan_check import check_plan, read_any_plan
+    from dreamshard.integrations.plan_check import check_plan
 
-    task = plan_task(args)
-    task.validate()
-    placement = read_any_plan(args.plan, task, args.module_path)
+    _, task, placement = read_plan(args)
     report = check_plan(task, placement, args.model, compare=not args.no_compare)
     if args.format == "json":
         print(json.dumps(report.as_dict(), indent=1))
@@ -109,12 +117,8 @@ def check_text(report, task: PlacementTask) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> None:
     from dreamshard.evaluation.explain import explain_plan
-    from dreamshard.integrations.plan_check import read_any_plan
 
-    task = plan_task(args)
-    task.validate()
-    placement = read_any_plan(args.plan, task, args.module_path)
-    data = read_json(args.plan, "plan file")
+    data, task, placement = read_plan(args)
     seed = args.seed if args.seed is not None else int(data.get("seed") or 0)
     explanation = explain_plan(task, placement, args.model, seed, args.samples)
     if args.format == "json":
@@ -171,6 +175,33 @@ def explain_text(found, model, seed: int) -> str:
     return "\n".join(lines)
 
 
+def plan_options(parser: argparse.ArgumentParser) -> None:
+    """What `check` and `explain` read a plan with: the plan, its tables, what the plan does
+    not record (or a flag overrides), a TorchRec plan's collection, the output format."""
+    parser.add_argument("--plan", required=True, help="plan JSON (place --out, any --format)")
+    parser.add_argument("--tables", required=True, help="the table file the plan places")
+    parser.add_argument(
+        "--devices", type=positive(int), help="devices (default: what the plan records)"
+    )
+    parser.add_argument(
+        "--mem-gb",
+        type=positive(float),
+        help="memory per device in GiB (default: what the plan records; a TorchRec plan needs it)",
+    )
+    parser.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), help="default: the plan's")
+    parser.add_argument(
+        "--optimizer", choices=list(OPTIMIZER_STATE_WORDS), help="default: the plan's, else sgd"
+    )
+    parser.add_argument(
+        "--module-path",
+        default="embedding_bags",
+        help="a TorchRec plan: the EmbeddingBagCollection whose tables these are (default "
+        "embedding_bags, what place --format torchrec writes)",
+    )
+    parser.add_argument("--format", choices=["md", "json"], default="md", help="default md")
+    table_source_options(parser)
+
+
 def add_plan_commands(sub) -> None:
     check = sub.add_parser(
         "check",
@@ -180,20 +211,7 @@ def add_plan_commands(sub) -> None:
         description="Exit code 0: a legal plan; 1: the plan is illegal (the report says why); "
         "2: it could not be checked.",
     )
-    check.add_argument("--plan", required=True, help="plan JSON (place --out, any --format)")
-    check.add_argument("--tables", required=True, help="the table file the plan places")
-    check.add_argument(
-        "--devices", type=positive(int), help="devices (default: what the plan records)"
-    )
-    check.add_argument(
-        "--mem-gb",
-        type=positive(float),
-        help="memory per device in GiB (default: what the plan records; a TorchRec plan needs it)",
-    )
-    check.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), help="default: the plan's")
-    check.add_argument(
-        "--optimizer", choices=list(OPTIMIZER_STATE_WORDS), help="default: the plan's, else sgd"
-    )
+    plan_options(check)
     check.add_argument(
         "--model",
         help="predict with this model's cost network (a model file, a train --out folder, "
@@ -201,16 +219,8 @@ def add_plan_commands(sub) -> None:
         "calibrated analytic model predicts and the shipped model plans",
     )
     check.add_argument(
-        "--module-path",
-        default="embedding_bags",
-        help="a TorchRec plan: the EmbeddingBagCollection whose tables these are (default "
-        "embedding_bags, what place --format torchrec writes)",
-    )
-    check.add_argument(
         "--no-compare", action="store_true", help="skip dreamshard's plan of the same tables"
     )
-    check.add_argument("--format", choices=["md", "json"], default="md", help="default md")
-    table_source_options(check)
     check.set_defaults(func=cmd_check)
 
     why = sub.add_parser(
@@ -220,16 +230,7 @@ def add_plan_commands(sub) -> None:
         "and with --model the candidates that model's planner weighed (predicts; never "
         "re-plans the plan)",
     )
-    why.add_argument("--plan", required=True, help="plan JSON (place --out, any --format)")
-    why.add_argument("--tables", required=True, help="the table file the plan places")
-    why.add_argument("--devices", type=positive(int), help="devices (default: the plan's)")
-    why.add_argument(
-        "--mem-gb", type=positive(float), help="memory per device in GiB (default: the plan's)"
-    )
-    why.add_argument("--precision", choices=list(BYTES_PER_WEIGHT), help="default: the plan's")
-    why.add_argument(
-        "--optimizer", choices=list(OPTIMIZER_STATE_WORDS), help="default: the plan's, else sgd"
-    )
+    plan_options(why)
     why.add_argument(
         "--model",
         help="predict with this model's cost network and show the candidates its planner "
@@ -244,11 +245,4 @@ def add_plan_commands(sub) -> None:
     why.add_argument(
         "--samples", type=int, default=8, help="the planner's sampled placements (default 8)"
     )
-    why.add_argument(
-        "--module-path",
-        default="embedding_bags",
-        help="a TorchRec plan: its EmbeddingBagCollection (default embedding_bags)",
-    )
-    why.add_argument("--format", choices=["md", "json"], default="md", help="default md")
-    table_source_options(why)
     why.set_defaults(func=cmd_explain)

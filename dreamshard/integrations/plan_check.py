@@ -38,7 +38,6 @@ from dreamshard.placement.tasks import (
     PlacementTask,
     device_memory,
     placement_problem,
-    placement_task,
     shard_view,
 )
 from dreamshard.planners.dreamshard_planner import predicted_overall
@@ -95,7 +94,7 @@ def check_plan(
     )
     roomy = replace(task, memory_cap_bytes=2**62, constraints=None)  # costs ignore the caps
     shards, flat = shard_view(roomy, placement)
-    ours = device_memory(task, placement) if _maps(task, placement) else None
+    ours = device_memory(task, placement)
     if model is not None:
         model = resolve_model(model)
         judge = "the model's cost network"
@@ -112,7 +111,7 @@ def check_plan(
         DeviceCheck(
             d,
             int(count[d]),
-            int(ours[d]) if ours is not None else 0,
+            int(ours[d]),
             None if torchrec_memory is None else int(torchrec_memory[d]),
             float(terms[d, 0]),
             float(terms[d, 1]),
@@ -147,13 +146,6 @@ def check_plan(
     )
 
 
-def _maps(task: PlacementTask, placement: Placement) -> bool:
-    try:
-        return len(placement_task(task, placement).tables) == len(placement.devices)
-    except DreamshardError:
-        return False
-
-
 def torchrec_memory_per_device(task, placement) -> tuple[np.ndarray | None, str]:
     """Each device's bytes as TorchRec's planner counts the shards on it, or (None, why not)."""
     # TorchRec names modules after tables, so a name with a dot (a model's path) is renamed
@@ -174,10 +166,11 @@ def torchrec_memory_per_device(task, placement) -> tuple[np.ndarray | None, str]
     return used, ""
 
 
-def read_any_plan(path: str | Path, task: PlacementTask, module_path: str) -> Placement:
+def read_any_plan(path: str | Path, task: PlacementTask, module_path: str, data=None) -> Placement:
     """A plan file's placement of `task`, our JSON or the JSON form of a TorchRec ShardingPlan
-    (its collection at `module_path`), not checked for legality (`check_plan` reports it)."""
-    data = read_json(path, "plan file")
+    (its collection at `module_path`), not checked for legality (`check_plan` reports it).
+    `data`: the file's content where the caller has read it already."""
+    data = read_json(path, "plan file") if data is None else data
     if isinstance(data, dict) and data.get("format") == PLAN_FORMAT:
         return placement_from_plan(task, data, str(path), check=False)
     from dreamshard.integrations.torchrec_export import check_plan_dict, sharding_plan_from_dict
