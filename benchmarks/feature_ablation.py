@@ -50,7 +50,7 @@ from dreamshard.evaluation.costnet_study import (
 from dreamshard.evaluation.ratio_tables import paired_change
 from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.costnet_data import mask_features
-from dreamshard.learn.train_config import COSTNET_LOSSES, TrainConfig
+from dreamshard.learn.train_config import LOSS_CHOICES, TrainConfig, fitting_loss
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
@@ -291,7 +291,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--costnet-loss",
         default=TrainConfig.costnet_loss,
-        choices=COSTNET_LOSSES,
+        choices=LOSS_CHOICES,
         help="the cost network's loss, as in training",
     )
     parser.add_argument(
@@ -318,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)  # small networks: faster on one thread here
     began, began_cpu = time.monotonic(), time.process_time()
     data = study_data(args)
+    args.costnet_loss = fitting_loss(study_config(data, 0, args.steps, args.costnet_loss))
     seeds = list(range(args.seeds))
     log(f"{data.source}; {len(seeds)} seeds")
     comm, heads = modeled_comm(data), learned_heads(data)

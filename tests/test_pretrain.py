@@ -16,9 +16,10 @@ from dreamshard.learn.pretrain import (
     pretrain_costnet,
     prior_examples,
     wants_prior,
+    wants_rehearsal,
 )
 from dreamshard.learn.train import fresh_state
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import PretrainConfig, TrainConfig, fitting_loss
 from dreamshard.placement.suites import make_suite, parse_suite_name
 
 
@@ -91,6 +92,22 @@ def test_only_runs_on_real_hardware_from_scratch_fit_the_prior():
     assert not wants_prior(TrainConfig(backend="fbgemm", init_model="m.pt"))
     for labels in ("normalised", "per-term"):
         assert wants_prior(TrainConfig(backend="fbgemm", labels=labels))
+
+
+def test_fine_tuning_the_shipped_network_rehearses_with_its_own_loss():
+    """By default a run on real hardware from the shipped network replays its pre-training
+    family and fits with the loss it was pre-trained with; a run from scratch, on the simulated
+    backend, or of another design, does neither (what a plain fine-tune on one suite lost:
+    docs/learning.md). A loss the user names is kept."""
+    fine_tune = TrainConfig(backend="fbgemm")
+    assert wants_rehearsal(fine_tune) and fitting_loss(fine_tune) == PretrainConfig.loss
+    scratch = TrainConfig(backend="fbgemm", init_model="none")
+    assert not wants_rehearsal(scratch) and fitting_loss(scratch) == "mse"
+    other_design = TrainConfig(backend="fbgemm", costnet_encoder="exp")
+    assert not wants_rehearsal(other_design) and fitting_loss(other_design) == "mse"
+    assert not wants_rehearsal(TrainConfig(backend="simulated"))
+    assert not wants_rehearsal(TrainConfig(backend="fbgemm", rehearsal=0))
+    assert fitting_loss(TrainConfig(costnet_loss="relative")) == "relative"
 
 
 def test_a_hybrid_network_starts_as_the_analytic_model_at_this_hosts_scale(tmp_path):

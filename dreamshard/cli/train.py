@@ -14,6 +14,7 @@ from dreamshard.learn.train_config import (
     COSTNET_ENCODERS,
     COSTNET_LOSSES,
     LABELS,
+    LOSS_CHOICES,
     PretrainConfig,
     TrainConfig,
 )
@@ -103,9 +104,11 @@ TRAIN_OPTIONS: dict[str, dict] = {
         for name, text in COUNTS
     },
     "costnet_loss": {
-        "choices": COSTNET_LOSSES,
+        "choices": LOSS_CHOICES,
         "help": "the cost network's loss: mse on costs scaled by the median cost (the paper's), "
-        "relative (squared relative error) or log (squared error of log costs)",
+        "relative (squared relative error), log (squared error of log costs), log-ratio (the "
+        "shipped network's pre-training loss) or auto (log-ratio when fine-tuning the shipped "
+        "network, mse otherwise)",
     },
     "costnet_encoder": {
         "choices": COSTNET_ENCODERS,

@@ -8,7 +8,7 @@ from scipy import stats
 
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, make_batch
 from dreamshard.learn.costnet_data import Example
-from dreamshard.learn.train_config import COSTNET_LOSSES
+from dreamshard.learn.train_config import COSTNET_LOSSES, fitting_loss
 
 
 def example_batch(costnet: CostNet, examples: list[Example]):
@@ -87,6 +87,7 @@ def fit_costnet(
         costnet.scale.fill_(float(np.median([e.overall for e in examples])))
     total = config.iterations * config.costnet_steps
     heads = fitted_heads(costnet)
+    kind = fitting_loss(config)
     losses = []
     costnet.train()
     for step in range(config.costnet_steps):
@@ -103,7 +104,6 @@ def fit_costnet(
         device_target, overall_target = _targets(batch_examples)
         device_pred, overall_pred = costnet(batch)
         scale = costnet.scale
-        kind = config.costnet_loss
         loss = sum(
             costnet_loss(kind, device_pred[:, k], device_target[:, k] / scale) for k in heads
         ) + costnet_loss(kind, overall_pred, overall_target / scale)

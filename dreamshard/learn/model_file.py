@@ -16,7 +16,7 @@ from dreamshard.files import atomic_path
 from dreamshard.lazy import load_object
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.policy import PlacementPolicy
-from dreamshard.learn.train_config import SHIPPED_MODEL
+from dreamshard.learn.train_config import SHIPPED, SHIPPED_MODEL
 from dreamshard.tables.features import FEATURE_NAMES, FEATURE_TRANSFORM
 
 MODEL_FORMAT = "dreamshard-model"
@@ -107,7 +107,6 @@ def load_model(path: str | Path) -> DreamShardModel:
     return model_from_state(read_torch_file(path, "model file"), path)
 
 
-SHIPPED = "shipped"  # the name --model and --init-model know the package's own model by
 MODEL_FILE = "model.pt"  # what `dreamshard train --out DIR` writes in DIR
 # MLflow takes seconds to import and sits above this stage: named, loaded only for a URI
 REGISTERED_MODEL_LOADER = "dreamshard.tracking:load_registered_model"

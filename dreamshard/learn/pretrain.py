@@ -33,8 +33,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
 from dreamshard.learn.costnet_data import Example, labelled_cost, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
-from dreamshard.learn.model_file import SHIPPED
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import SHIPPED, TrainConfig, starts_from_shipped
 from dreamshard.placement.suites import Suite
 from dreamshard.placement.tasks import placement_task
 from dreamshard.tables.features import feature_matrix
@@ -189,11 +188,7 @@ def rehearsal_examples(config: TrainConfig, rows: Sequence, topology: str) -> li
 def wants_rehearsal(config: TrainConfig) -> bool:
     """Whether a run replays the pre-training family: on real hardware, from the shipped
     network (what it would forget)."""
-    return (
-        bool(config.rehearsal)
-        and config.backend != "simulated"
-        and config.init_model in ("", SHIPPED)
-    )
+    return bool(config.rehearsal) and config.backend != "simulated" and starts_from_shipped(config)
 
 
 def wants_prior(config: TrainConfig) -> bool:

@@ -27,7 +27,6 @@ from dreamshard.learn.costnet_data import Example, load_examples
 from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
 from dreamshard.learn.coverage import training_ranges
 from dreamshard.learn.model_file import (
-    SHIPPED,
     DreamShardModel,
     load_model,
     model_from_state,
@@ -45,7 +44,7 @@ from dreamshard.learn.pretrain import (
     wants_prior,
     wants_rehearsal,
 )
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import SHIPPED, TrainConfig, fitting_loss
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
@@ -248,6 +247,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     The last `holdout` share of the measurements (by time) is kept out of the fit and scored.
     Returns (model with an untrained policy, per-step losses, held-out errors).
     """
+    config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     examples = load_examples(
         CostDataset(dataset_path(config)), backend.config(), config.labels, fitting=True
@@ -283,6 +283,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
 
 def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     """The alternating loop; `on_iteration(record, costnet_losses, policy_rewards)` sees each."""
+    config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 COSTNET_LOSSES = ("mse", "relative", "log", "log-ratio")  # learn/costnet_fit.py, costnet_loss
+# "auto": the loss a run's start network was fitted with (fitting_loss)
+LOSS_CHOICES = ("auto", *COSTNET_LOSSES)
+SHIPPED = "shipped"  # the name --model and --init-model know the package's own model by
 # learn/costnet.py, CostNet (kept here free of torch)
 COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
 LABELS = ("raw", "normalised", "per-term")  # learn/costnet_data.py, load_examples
@@ -20,9 +23,10 @@ class TrainConfig:
     placements_per_iteration: int = 10
     costnet_steps: int = 300
     costnet_batch: int = 64
-    # the cost network's loss, one of COSTNET_LOSSES: "mse" on costs divided by the median cost
-    # (the paper's), "relative" (squared relative error) or "log" (log space); docs/learning.md
-    costnet_loss: str = "mse"
+    # the cost network's loss, one of LOSS_CHOICES: "mse" on costs divided by the median cost
+    # (the paper's), "relative" (squared relative error), "log" (log space), "log-ratio" (the
+    # shipped network's pre-training loss) or "auto" (fitting_loss); docs/learning.md
+    costnet_loss: str = "auto"
     # the cost network's design, one of COSTNET_ENCODERS: "relu" (the paper's table encoder) or
     # "exp" (positive encodings and per-head linear terms: per-table costs add up; costnet.py),
     # "hybrid" (exp on top of the analytic model) or "quantities" (exp with kernel quantities)
@@ -48,8 +52,10 @@ class TrainConfig:
     pretrain_steps: int = 3000
     # fine-tuning the shipped network on real hardware: this many tasks of its pre-training
     # family (learn/pretrain_data.py, 8 placements each, labelled by their own drawn models)
-    # replayed beside the measurements, half of every batch, so it keeps what it knew (0: none)
-    rehearsal: int = 0
+    # replayed beside the measurements, half of every batch, so it keeps what it knew (0: none;
+    # with the pre-training loss, 200 kept the shipped network's wins on tables unlike the
+    # suite's, where a plain fine-tune lost most of them: docs/learning.md)
+    rehearsal: int = 200
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False
@@ -64,6 +70,21 @@ class TrainConfig:
     # the model the run starts from: "shipped" (the package's pre-trained cost network, for the
     # "quantities" design; "" too), "none" (from scratch) or a model file
     init_model: str = "shipped"
+
+
+def starts_from_shipped(config: TrainConfig) -> bool:
+    """Whether a run starts from the package's pre-trained network (learn/train.py,
+    start_model: the default, for the "quantities" design)."""
+    return config.init_model in ("", SHIPPED) and config.costnet_encoder == "quantities"
+
+
+def fitting_loss(config: TrainConfig) -> str:
+    """The cost network's loss for `config`: its own, or for "auto" the shipped network's
+    pre-training loss ("log-ratio") when the run fine-tunes that network, so its costs that
+    span orders of magnitude keep counting, and the paper's "mse" otherwise."""
+    if config.costnet_loss != "auto":
+        return config.costnet_loss
+    return PretrainConfig.loss if starts_from_shipped(config) else "mse"
 
 
 SHIPPED_DIR = Path(__file__).with_name("shipped")
