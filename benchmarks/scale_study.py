@@ -3,7 +3,13 @@ simulated backend and by TorchRec's own estimator.
 
 Run: .venv/bin/python benchmarks/scale_study.py [--model RUN/model.pt] [--seeds 0-7]
          [--sets dlrm-428,dlrm-856,wide-856] [--devices 16,32,64,128] [--memory loose,binding]
-         [--torchrec-seconds 60] [--milp-seconds 30] [--out FILE]
+         [--torchrec-seconds 60] [--milp-seconds 30] [--out FILE] [--rows FILE] [--minutes M]
+
+A study too long for one sitting (the whole grid is hours here) goes on over reruns: every
+task's row is kept in `--rows` (default NAME.rows.json beside the report) under the settings
+that made it (the model's fingerprint, the time limits), `--minutes` stops starting tasks after
+that long, and the same command run again plans only the tasks not stored. The report covers
+the rows it has and says how many, from which runs, commits and hosts.
 
 Tasks, fixed before the run by the arguments: each table set (`evaluation/scale_study.py`) and
 seed on each device count under each memory setting, on hosts of 8 (`nvlink-rdma`). Planners:
@@ -21,6 +27,7 @@ its .json (every plan's times, splits and both judges' costs).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +37,7 @@ import torch
 
 from dreamshard.cli.args import number_list
 from dreamshard.cli.train import config_from, training_options
+from dreamshard.costs.dataset import hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.models import given_or_trained
 from dreamshard.evaluation.ratio_tables import interval_cell
@@ -39,11 +47,13 @@ from dreamshard.evaluation.scale_study import (
     MEMORY_SETTINGS,
     STUDY_SETS,
     TOPOLOGY,
+    StudyRows,
     judge_plan,
     memory_split_place,
     study_task,
 )
 from dreamshard.integrations.torchrec_judge import torchrec_judge
+from dreamshard.learn.model_file import model_fingerprint
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner
@@ -161,6 +171,18 @@ def detail_rows(rows: list[dict], planners: list[str]) -> list[list]:
     return out
 
 
+def provenance(rows: list[dict], fresh: int, grid: int) -> str:
+    """Which runs made the rows: how many this one, how many earlier, at which commits and on
+    which hosts; and whether the grid is complete."""
+    commits = sorted({r.get("commit", "unknown") for r in rows})
+    hosts = sorted({r.get("host", "unknown") for r in rows})
+    done = "every task" if len(rows) == grid else f"{len(rows)} of its {grid} tasks (unfinished)"
+    return (
+        f"Rows: {done}; {fresh} planned by this run, {len(rows) - fresh} by earlier runs of the "
+        f"same command (`--rows`), at commits {', '.join(commits)}, on {'; '.join(hosts)}."
+    )
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a trained model (default: train one on dlrm-50x8)")
@@ -179,7 +201,59 @@ def parse_args(argv):
         TrainConfig(warm_start=1000, costnet_steps=1000),
     )
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument(
+        "--rows",
+        help="the study's rows, kept across runs: a rerun of the same command plans only the "
+        "tasks not stored yet (default: beside --out, NAME.rows.json)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="start no task after this many minutes (0: no limit); the report then covers the "
+        "tasks done, and a rerun goes on from there",
+    )
     return parser.parse_args(argv)
+
+
+def git_commit() -> str:
+    """The checkout's commit, to say which code made a row (rows may span runs)."""
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            timeout=10,
+        )
+    except OSError:
+        return "unknown"
+    return found.stdout.strip() or "unknown"
+
+
+def plan_task(planners: dict, args, backend, cell: tuple) -> dict:
+    """One task's row: every planner's plan, both judges, the MILP bound."""
+    table_set, seed, devices, memory = cell
+    task = study_task(table_set, seed, devices, memory)
+    plans = {}
+    for name, planner in planners.items():
+        limit = args.torchrec_seconds if name in (TORCHREC, "torchrec (reservation)") else None
+        plans[name] = judge_plan(task, planner, backend, limit, torchrec_judge).to_dict()
+    bound = float("nan")
+    if args.milp_seconds and memory == "loose":
+        bound = solve_simulated_milp(task, backend, args.milp_seconds).bound
+    return dict(
+        set=table_set,
+        seed=seed,
+        devices=devices,
+        memory=memory,
+        task=task.name,
+        plans=plans,
+        milp_bound=bound,
+        commit=git_commit(),
+        host=hardware(),
+        made=time.strftime("%Y-%m-%d"),
+    )
 
 
 def main(argv=None) -> None:
@@ -199,35 +273,34 @@ def main(argv=None) -> None:
         for m in args.memory.split(",")
         for seed in number_list(args.seeds, "--seeds")
     ]
-    rows, began = [], time.monotonic()
-    for k, (table_set, seed, devices, memory) in enumerate(grid):
-        task = study_task(table_set, seed, devices, memory)
-        say(f"[{k + 1}/{len(grid)}] {task.name} ({time.monotonic() - began:.0f} s)")
-        plans = {}
-        for name, planner in planners.items():
-            limit = args.torchrec_seconds if name in (TORCHREC, "torchrec (reservation)") else None
-            plans[name] = judge_plan(task, planner, backend, limit, torchrec_judge).to_dict()
-        bound = float("nan")
-        if args.milp_seconds and memory == "loose":
-            bound = solve_simulated_milp(task, backend, args.milp_seconds).bound
-        rows.append(
-            dict(
-                set=table_set,
-                seed=seed,
-                devices=devices,
-                memory=memory,
-                task=task.name,
-                plans=plans,
-                milp_bound=bound,
-            )
-        )
+    settings = {
+        "model": model_fingerprint(model),
+        "torchrec_seconds": args.torchrec_seconds,
+        "milp_seconds": args.milp_seconds,
+    }
+    store = StudyRows(args.rows or Path(args.out).with_suffix(".rows.json"), settings)
+    rows, began, fresh = [], time.monotonic(), 0
+    for k, cell in enumerate(grid):
+        row = store.stored(cell)
+        if row is None:
+            if args.minutes and time.monotonic() - began > 60 * args.minutes:
+                say(f"{args.minutes:g} min spent: {len(grid) - k} tasks left for a rerun")
+                break
+            spent = time.monotonic() - began
+            say(f"[{k + 1}/{len(grid)}] {'/'.join(map(str, cell))} ({spent:.0f} s)")
+            row = plan_task(planners, args, backend, cell)
+            store.add(row)
+            fresh += 1
+        rows.append(row)
+    rows += [r for r in (store.stored(c) for c in grid[len(rows) :]) if r is not None]
     names = list(planners)
     shown = [n for n in names if "memory splits" not in n]
     command = "benchmarks/scale_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report = "\n\n".join(
         [
             "# The scale study (RQ5): plans at 16-128 devices across hosts, two judges",
-            f"Made by `{command.strip()}`. {host_note()}. Tasks: {len(grid)} ({args.sets}; "
+            f"Made by `{command.strip()}`. {host_note()}. {provenance(rows, fresh, len(grid))} "
+            f"The grid: {len(grid)} tasks ({args.sets}; "
             f"devices {args.devices}; memory {args.memory}; seeds {args.seeds}), fp16, hosts of 8 "
             f"({TOPOLOGY}: NVLink inside a host, 400 Gb/s RDMA between; communication modeled). "
             f"Model: {model_note}. Judges: our simulated backend on that topology (exact, one "

@@ -10,6 +10,7 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.scale_study import (
     TOPOLOGY,
+    StudyRows,
     judge_plan,
     memory_split_place,
     study_task,
@@ -56,3 +57,34 @@ def test_a_plan_is_judged_by_both_judges():
     assert record.simulated > 0 and record.torchrec > 0
     slow = judge_plan(task, lambda t: time.sleep(5), backend, seconds=0.2)
     assert slow.declined == "no plan in 0.2 s"
+
+
+def test_a_rerun_takes_the_rows_stored_under_its_settings_only(tmp_path):
+    """A study too long for one sitting goes on over reruns (`--rows`): a task stored under the
+    same settings is taken, under other settings (another model, other limits) planned again;
+    the file survives a reopen and a damaged one is refused in one line."""
+    path = tmp_path / "study.rows.json"
+    cell = ("dlrm-428", 0, 16, "loose")
+    row = dict(set="dlrm-428", seed=0, devices=16, memory="loose", plans={"x": {"simulated": 1}})
+    first = StudyRows(path, {"model": "a", "torchrec_seconds": 20.0})
+    assert first.stored(cell) is None
+    first.add(row)
+    again = StudyRows(path, {"model": "a", "torchrec_seconds": 20.0})
+    assert again.stored(cell)["plans"] == row["plans"]
+    assert again.stored(("dlrm-428", 1, 16, "loose")) is None
+    assert StudyRows(path, {"model": "b", "torchrec_seconds": 20.0}).stored(cell) is None
+    path.write_text("{not json")
+    with pytest.raises(DreamshardError, match="not a study's rows file"):
+        StudyRows(path, {"model": "a"})
+
+
+def test_a_models_fingerprint_follows_its_weights():
+    import torch
+
+    from dreamshard.learn.model_file import model_fingerprint, shipped_model
+
+    model, same = shipped_model(), shipped_model()
+    assert model_fingerprint(model) == model_fingerprint(same)
+    with torch.no_grad():
+        next(same.costnet.parameters()).view(-1)[0] += 1e-3
+    assert model_fingerprint(model) != model_fingerprint(same)

@@ -18,14 +18,17 @@ name them.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.files import write_text_atomic
 from dreamshard.placement.heuristics import greedy_place
 from dreamshard.placement.splitting import memory_splits, split_place
 from dreamshard.placement.suites import capped_task, parse_suite_name, split_pool
@@ -131,3 +134,40 @@ def judge_plan(
     except DreamshardError as exc:
         record.torchrec_declined = str(exc).splitlines()[0][:200]
     return record
+
+
+def row_key(row: dict) -> tuple:
+    """A study row's task: (table set, seed, devices, memory)."""
+    return (row["set"], int(row["seed"]), int(row["devices"]), row["memory"])
+
+
+class StudyRows:
+    """The rows of a study (one task's plans and judges each), kept in a JSON file so a study
+    too long for one sitting goes on where it stopped: a rerun with the same `settings` (the
+    model's fingerprint, the time limits) takes the tasks stored and plans only the rest. Rows
+    made under other settings are kept in the file but never used. The file is rewritten
+    whole, atomically, after each task: a crash loses at most the task in hand."""
+
+    def __init__(self, path: str | Path, settings: dict):
+        self.path = Path(path)
+        self.settings = settings
+        self.all: list[dict] = []
+        if self.path.exists():
+            try:
+                self.all = json.loads(self.path.read_text())["rows"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DreamshardError(
+                    f"{self.path} is not a study's rows file ({exc}); move it away or pass "
+                    "another --rows"
+                ) from None
+
+    def stored(self, key: tuple) -> dict | None:
+        """The row of `key` made under these settings, or None."""
+        for row in self.all:
+            if row["settings"] == self.settings and row_key(row) == key:
+                return row
+        return None
+
+    def add(self, row: dict) -> None:
+        self.all.append({**row, "settings": self.settings})
+        write_text_atomic(self.path, json.dumps({"rows": self.all}, indent=1, default=str) + "\n")

@@ -6,6 +6,7 @@ Saved with `torch.save` as plain dictionaries of tensors and primitive values an
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,18 @@ def model_state(model: DreamShardModel) -> dict:
         "metadata": model.metadata,
         "ensemble": [{"config": c.config, "state": c.state_dict()} for c in model.ensemble],
     }
+
+
+def model_fingerprint(model: DreamShardModel) -> str:
+    """A short hash of the model's weights (cost network, policy, ensemble members; not its
+    metadata): two models with the same fingerprint plan alike."""
+    digest = hashlib.sha256()
+    networks = [model.costnet, model.policy, *model.ensemble]
+    for network in networks:
+        for name, tensor in sorted(network.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def save_torch_atomic(data: dict, path: str | Path) -> None:
