@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
 def cmd_collect(args: argparse.Namespace) -> None:
     from dreamshard.costs.collect import collect, collection_jobs
     from dreamshard.costs.dataset import CostDataset
+    from dreamshard.costs.fanout import BackendSpec, Fanout, cluster_address, dask_client
     from dreamshard.placement.suites import make_suite, parse_suite_name
     from dreamshard.state import default_dataset_path
 
@@ -83,8 +85,12 @@ def cmd_collect(args: argparse.Namespace) -> None:
     suite = make_suite(spec)
     jobs = list(collection_jobs(suite, args.placements, args.mix))
     backend = _backend(args)
-    dataset = CostDataset(args.dataset or default_dataset_path())
-    summary = collect(jobs, backend, dataset, spec.name)
+    address = cluster_address(args.cluster)
+    with dask_client(address) if address else nullcontext() as client:
+        dataset = CostDataset(args.dataset or default_dataset_path())
+        backend_spec = BackendSpec(args.backend, args.iterations, args.launcher, args.topology)
+        fanout = Fanout(client, backend_spec) if client is not None else None
+        summary = collect(jobs, backend, dataset, spec.name, fanout)
     print(
         f"{summary.measured} measured, {summary.skipped} already stored, {summary.errors} failed; "
         f"{len(dataset)} records in {dataset.path}"
@@ -173,6 +179,14 @@ def add_cost_commands(sub) -> None:
         "--train-tasks", type=positive(int), default=50, help="training tasks (default 50)"
     )
     coll.add_argument("--dataset", help="SQLite file (default .dreamshard/costs.sqlite)")
+    coll.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="measure on a Dask cluster: a scheduler's address (tcp://HOST:8786), or local / "
+        "local:N for N workers of an embedded one on this host (default: this process, or "
+        "$DREAMSHARD_DASK_ADDRESS). Workers measure under their host's lock and send the "
+        "records back; only this process writes the dataset",
+    )
     add_backend_options(coll)
     coll.set_defaults(func=cmd_collect)
 

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.fanout import Fanout, Measured, measure_many
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -164,12 +165,19 @@ def measure_and_store(
 
 
 def collect(
-    jobs: list[Job], backend: CostBackend, dataset: CostDataset, suite_name: str = ""
+    jobs: list[Job],
+    backend: CostBackend,
+    dataset: CostDataset,
+    suite_name: str = "",
+    fanout: Fanout | None = None,
 ) -> CollectSummary:
     """Measure every job not yet stored; a failed measurement becomes an error record.
 
     The lock is taken per measurement, not for the whole collection, so that a long collection
     does not shut other measurements out for hours; each one is still alone on the host.
+    With `fanout` the jobs go to its Dask cluster (`costs.fanout.measure_many`: each worker
+    measures under its own host's lock and returns the record) and this process alone writes
+    them, as they come back.
     """
     config = backend.config()
     summary = CollectSummary()
@@ -181,11 +189,52 @@ def collect(
         else:
             todo.setdefault(key, job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
-    for key, job in todo.items():
-        with measurement_lock(backend):
-            _measure_one(key, job, backend, config, dataset, suite_name, summary, progress)
+    if fanout is not None:
+        for measured in measure_many(todo.items(), fanout.spec, fanout.client):
+            _store(measured, dataset, suite_name, summary, progress)
+    else:
+        for key, job in todo.items():
+            with measurement_lock(backend):
+                _measure_one(key, job, backend, config, dataset, suite_name, summary, progress)
     progress.close()
     return summary
+
+
+def _store(
+    measured: Measured,
+    dataset: CostDataset,
+    suite_name: str,
+    summary: CollectSummary,
+    progress: Progress,
+) -> None:
+    """Append what a worker measured (an error under a key of its own, so the next run tries
+    the placement again), unless another collector stored it meanwhile. The key is made from
+    the worker's backend settings, which are what it measured with."""
+    job = measured.job
+    key = measurement_key(job.task, job.placement, measured.config, job.round)
+    if dataset.has(key):
+        summary.skipped += 1
+        progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
+        return
+    if measured.cost is None:
+        summary.errors += 1
+        key = f"{key}:error:{time.time_ns()}"
+    else:
+        summary.measured += 1
+    dataset.append(
+        key,
+        job.task,
+        job.placement,
+        measured.cost,
+        measured.config,
+        suite_name,
+        job.round,
+        error=measured.error,
+        measured_on=measured.hardware,
+    )
+    cost = measured.cost
+    outcome = f"error: {measured.error}" if cost is None else f"{cost.overall:.2f} ms"
+    progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({measured.worker})")
 
 
 def _measure_one(

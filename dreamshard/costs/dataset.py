@@ -127,9 +127,11 @@ class CostDataset:
         suite: str = "",
         round_: int = 0,
         error: str = "",
+        measured_on: str = "",
     ) -> bool:
         """Store one measurement (or its error); False when the key was already stored. A split
-        placement is stored table-wise, over its shards."""
+        placement is stored table-wise, over its shards. `measured_on`: the hardware of the
+        machine that measured, where that was not this one (a Dask worker)."""
         task, placement = shard_view(task, placement)
         record: dict[str, Any] = {
             "key": key,
@@ -146,7 +148,7 @@ class CostDataset:
             "placement": json.dumps(list(placement.devices)),
             "config": json.dumps(config, sort_keys=True),
             "backend": config.get("backend", ""),
-            "hardware": hardware(),
+            "hardware": measured_on or hardware(),
             "versions": json.dumps(versions()),
             "error": error,
         }

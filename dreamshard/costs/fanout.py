@@ -1,0 +1,168 @@
+"""Measuring many placements: in this process, or fanned out over a Dask cluster.
+
+`measure_many` is the one way placements get measured in bulk. Where each job runs, a backend
+made there from a `BackendSpec` measures it under the host's measurement lock
+(`costs/host_lock.py`: two workers on one host take turns, as two collectors do) and returns a
+`Measured` record stamped with that machine's hardware and the wall-clock span of the
+measurement. Nothing is written where a job runs: the caller alone appends to the cost dataset
+(`costs.collect.collect`), so no SQLite file crosses the network and a job that a dying worker
+leaves behind is simply run again elsewhere (Dask's scheduler does that) with nothing stored
+twice.
+
+The cluster is Dask `distributed`: an embedded `LocalCluster` ("local", one worker with one
+thread unless asked: measurements never overlap on this host) or a running scheduler's address
+(`tcp://HOST:8786`; `DREAMSHARD_DASK_ADDRESS` when no address is given). `distributed` is
+imported only when a cluster is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.dataset import hardware
+from dreamshard.costs.host_lock import measurement_lock
+from dreamshard.costs.types import CostBackend, PlacementCost
+from dreamshard.errors import DreamshardError
+
+ADDRESS_ENV = "DREAMSHARD_DASK_ADDRESS"
+LOCAL = "local"  # an embedded LocalCluster; "local:N" for N workers
+CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How to make a backend where a job runs (`make_backend`'s arguments): each worker makes
+    and keeps its own, so a warmed-up backend is never shipped."""
+
+    name: str
+    iterations: int | None = None
+    launcher: str = "inprocess"
+    topology: str = "auto"
+    # seconds each job waits, holding the lock, before it is measured: a stand-in for a slow
+    # measurement (the fan-out benchmark's and tests' fixed-time jobs); 0 for real work
+    delay_s: float = 0.0
+
+    def make(self) -> CostBackend:
+        return _backend(self)
+
+
+@cache
+def _backend(spec: BackendSpec) -> CostBackend:  # one per worker process and settings
+    return make_backend(spec.name, spec.iterations, spec.launcher, spec.topology)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One job's outcome where it ran: its cost, or the one-line error that stopped it."""
+
+    key: str
+    job: object  # costs.collect.Job
+    cost: PlacementCost | None
+    error: str
+    config: dict  # the backend's settings, as the dataset stores them
+    hardware: str  # of the machine that measured
+    worker: str  # host name and process id
+    started: float  # wall clock (time.time) around the measurement, under the lock
+    finished: float
+
+
+@dataclass(frozen=True)
+class Fanout:
+    """Where `costs.collect.collect` sends its jobs: a Dask client, and the backend each worker
+    makes for them."""
+
+    client: object  # distributed.Client
+    spec: BackendSpec
+
+
+def measure_one(key: str, job, spec: BackendSpec) -> Measured:
+    """Measure one job here, under this host's measurement lock; never writes anything."""
+    backend = spec.make()
+    with measurement_lock(backend):
+        started = time.time()
+        time.sleep(spec.delay_s)
+        try:
+            cost, error = backend.measure(job.task, job.placement), ""
+        except DreamshardError as exc:
+            cost, error = None, str(exc)
+        finished = time.time()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    return Measured(key, job, cost, error, backend.config(), hardware(), worker, started, finished)
+
+
+def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=None) -> Iterator:
+    """Each (key, job) measured, in this process one after another (`client` None), or on the
+    cluster `client` is connected to, yielded as they finish."""
+    if client is None:
+        for key, job in jobs:
+            yield measure_one(key, job, spec)
+        return
+    from distributed import as_completed
+
+    futures = [
+        client.submit(measure_one, key, job, spec, key=f"measure-{key}", pure=False)
+        for key, job in jobs
+    ]
+    try:
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        for future in futures:
+            future.release()
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The cluster a command measures on: `given`, else $DREAMSHARD_DASK_ADDRESS, else None
+    (this process)."""
+    return given or os.environ.get(ADDRESS_ENV) or None
+
+
+@contextmanager
+def dask_client(address: str) -> Iterator:
+    """A Dask client: of an embedded LocalCluster for "local" or "local:N" (N workers of one
+    thread each, in their own processes), else of the scheduler at `address`. A scheduler that
+    cannot be reached is a DreamshardError naming it."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - a core dependency
+        raise DreamshardError(
+            "measuring on a Dask cluster needs `distributed`; pip install distributed"
+        ) from None
+    if address == LOCAL or address.startswith(f"{LOCAL}:"):
+        workers = _local_workers(address)
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        )
+        try:
+            with Client(cluster) as client:
+                yield client
+        finally:
+            cluster.close()
+        return
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise DreamshardError(
+            f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}); start one "
+            f"(`dask scheduler`) or pass another --cluster (or {ADDRESS_ENV})"
+        ) from None
+    with client:
+        yield client
+
+
+def _local_workers(address: str) -> int:
+    count = address.partition(":")[2] or "1"
+    if not count.isdigit() or int(count) < 1:
+        raise DreamshardError(f"--cluster {address}: say local or local:N with N >= 1 workers")
+    return int(count)

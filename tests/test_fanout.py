@@ -1,0 +1,111 @@
+"""Measuring on a Dask cluster (costs/fanout.py): real LocalClusters, real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.collect import Job, collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.fanout import BackendSpec, Fanout, dask_client, measure_many
+from dreamshard.costs.host_lock import LOCK_ENV
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from tests.conftest import error_line
+
+distributed = pytest.importorskip("distributed")
+
+
+def suite_jobs(count: int, suite: str = "cpu-10x2") -> tuple[str, list[Job]]:
+    spec = parse_suite_name(suite, num_train_tasks=8, num_test_tasks=1)
+    return spec.name, list(collection_jobs(make_suite(spec), count))
+
+
+def stored(path) -> dict[str, tuple]:
+    """key -> (task, placement, per-device costs) of every record."""
+    dataset = CostDataset(path)
+    try:
+        return {r["key"]: (r["task"], r["placement"], r["costs"]) for r in dataset.rows()}
+    finally:
+        dataset.close()
+
+
+def test_two_workers_collect_what_this_process_collects(tmp_path):
+    name, jobs = suite_jobs(20)
+    backend = make_backend("simulated")
+    collect(jobs, backend, CostDataset(tmp_path / "here.sqlite"), name)
+    with dask_client("local:2") as client:
+        fanout = Fanout(client, BackendSpec("simulated"))
+        summary = collect(jobs, backend, CostDataset(tmp_path / "cluster.sqlite"), name, fanout)
+        slow = BackendSpec("simulated", delay_s=0.3)
+        workers = {m.worker for m in measure_many(keyed(jobs[:6]), slow, client)}
+    assert summary.measured == 20 and summary.errors == 0
+    assert stored(tmp_path / "cluster.sqlite") == stored(tmp_path / "here.sqlite")
+    assert len(workers) == 2  # both workers measured
+
+
+def keyed(jobs: list[Job]) -> list[tuple[str, Job]]:
+    config = make_backend("simulated").config()
+    return [(measurement_key(j.task, j.placement, config, j.round), j) for j in jobs]
+
+
+def test_a_worker_killed_mid_job_loses_nothing_and_stores_nothing_twice(tmp_path):
+    """Jobs of a fixed 2 s each; one worker is killed while it holds one: the scheduler runs
+    that job again on a worker that lives, and the dataset ends with each job once."""
+    name, jobs = suite_jobs(6)
+    path = tmp_path / "costs.sqlite"
+    with dask_client("local:2") as client:
+        pids = client.run(os.getpid)  # worker address -> its process id
+        fanout = Fanout(client, BackendSpec("simulated", delay_s=2.0))
+        victim = {}
+
+        def kill_when_busy():
+            while not victim:
+                busy = {w: tasks for w, tasks in client.processing().items() if tasks}
+                if busy:
+                    address = sorted(busy)[0]
+                    victim[address] = pids[address]
+                    os.kill(pids[address], signal.SIGKILL)
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_busy, daemon=True)
+        killer.start()
+        summary = collect(jobs, make_backend("simulated"), CostDataset(path), name, fanout)
+        killer.join(timeout=10)
+    assert victim, "no worker was killed"
+    assert summary.measured == len(jobs) and summary.errors == 0
+    records = stored(path)
+    expected = {k for k, _ in keyed(jobs)}
+    assert set(records) == expected  # every job once, none twice, none lost
+
+
+def test_fbgemm_workers_on_one_host_never_measure_at_once(tmp_path, monkeypatch):
+    """(The lock file is this test's own, as every measurement on a host would share one; the
+    workers inherit it.)"""
+    pytest.importorskip("fbgemm_gpu")
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "host.lock"))
+    _, jobs = suite_jobs(4, "cpu-8x2")
+    spec = BackendSpec("fbgemm", iterations=3)
+    config = make_backend("fbgemm", 3).config()
+    work = [(measurement_key(j.task, j.placement, config, j.round), j) for j in jobs]
+    with dask_client("local:2") as client:
+        done = list(measure_many(work, spec, client))
+    assert len(done) == 4 and all(m.cost is not None for m in done)
+    assert len({m.worker for m in done}) == 2  # both workers measured
+    spans = sorted((m.started, m.finished) for m in done)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end  # the host lock: one measurement at a time
+
+
+def test_a_scheduler_that_cannot_be_reached_is_one_line_and_writes_nothing(cli, tmp_path):
+    dataset = tmp_path / "costs.sqlite"
+    what = ["--suite", "cpu-10x2", "--placements", "3", "--backend", "simulated"]
+    result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "tcp://127.0.0.1:9")
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in error_line(result)
+    assert not dataset.exists()
+    result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "local:0")
+    assert "local:N with N >= 1" in error_line(result) and not dataset.exists()
