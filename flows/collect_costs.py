@@ -5,10 +5,21 @@ from __future__ import annotations
 import mlflow
 from prefect import flow
 
-from dreamshard.costs.collect import collection_jobs
+from dreamshard.costs.collect import CollectSummary, Job, collection_jobs, store_measured
+from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.fanout import BackendSpec
 from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.progress import Progress
 from dreamshard.report import markdown_table
-from flows.common import measure_job, mlflow_run, publish, work_dir
+from flows.common import (
+    backend_for,
+    measure_job,
+    measure_placement,
+    mlflow_run,
+    publish,
+    task_runner,
+    work_dir,
+)
 
 
 @flow(name="collect-costs", log_prints=True)
@@ -19,11 +30,14 @@ def collect_costs(
     mix: str = "mixed",
     out: str | None = None,
     parent_run_id: str | None = None,
+    cluster: str | None = None,
 ) -> dict:
     """Measure `placements` heuristic and random placements (each one a retried task).
 
     What the dataset holds already is read back, not measured again, so a re-run after a crash
-    measures only what is missing.
+    measures only what is missing. With `cluster` (run it through `on_cluster`, which gives it
+    Prefect's Dask task runner) the measuring tasks run on the cluster's workers and this flow
+    alone writes what they return.
     """
     dataset = str(work_dir(suite, out) / "costs.sqlite")
     params = {
@@ -36,13 +50,16 @@ def collect_costs(
     with mlflow_run("collect-costs", suite, params, parent_run_id):
         spec = parse_suite_name(suite, num_test_tasks=1)
         jobs = list(collection_jobs(make_suite(spec), placements, mix))
-        counts = {"measured": 0, "stored": 0, "failed": 0}
-        for job in jobs:
-            state = measure_job(job, backend, dataset, suite, return_state=True)
-            if state.is_completed():
-                counts["measured" if state.result()[1] else "stored"] += 1
-            else:
-                counts["failed"] += 1
+        if cluster:
+            counts = measured_on_cluster(jobs, backend, dataset, suite)
+        else:
+            counts = {"measured": 0, "stored": 0, "failed": 0}
+            for job in jobs:
+                state = measure_job(job, backend, dataset, suite, return_state=True)
+                if state.is_completed():
+                    counts["measured" if state.result()[1] else "stored"] += 1
+                else:
+                    counts["failed"] += 1
         mlflow.log_metrics({f"placements_{k}": v for k, v in counts.items()})
         print(
             f"collect-costs {suite}: {counts['measured']} measured, {counts['stored']} "
@@ -57,3 +74,49 @@ def collect_costs(
             ),
         )
     return {"dataset": dataset, **counts}
+
+
+def measured_on_cluster(jobs: list[Job], backend: str, dataset: str, suite: str) -> dict:
+    """Every job not stored yet submitted to the flow's task runner (Dask's, on a cluster);
+    what comes back written here, one record each. A measurement that failed after its retries
+    counts as failed and is stored nowhere, so the next run tries it again."""
+    store = CostDataset(dataset)
+    try:
+        config = backend_for(backend).config()
+        todo: dict[str, Job] = {}
+        for job in jobs:
+            todo.setdefault(measurement_key(job.task, job.placement, config, job.round), job)
+        stored = sum(1 for key in todo if store.has(key))
+        spec = BackendSpec(backend)
+        futures = [
+            measure_placement.submit(key, job, spec)
+            for key, job in todo.items()
+            if not store.has(key)
+        ]
+        summary, failed, workers = CollectSummary(skipped=stored), 0, set()
+        progress = Progress(len(futures), f"measuring on {backend} (Dask)")
+        for future in futures:
+            future.wait()
+            if future.state.is_completed():
+                measured = future.result()
+                workers.add(measured.worker)
+                store_measured(measured, store, suite, summary, progress)
+            else:
+                failed += 1
+        progress.close()
+    finally:
+        store.close()
+    return {
+        "measured": summary.measured,
+        "stored": summary.skipped + len(jobs) - len(todo),
+        "failed": failed + summary.errors,
+        "workers": len(workers),  # processes that measured
+    }
+
+
+def on_cluster(cluster: str | None):
+    """The collect-costs flow measuring on `cluster` (Prefect's Dask task runner), or as it is
+    without one."""
+    return (
+        collect_costs.with_options(task_runner=task_runner(cluster)) if cluster else collect_costs
+    )

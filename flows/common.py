@@ -20,6 +20,8 @@ from prefect.tasks import exponential_backoff
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, measure_and_store
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.fanout import LOCAL, BackendSpec, Measured, dask_client, local_workers
+from dreamshard.costs.fanout import measure_one as measure_here
 from dreamshard.costs.host_lock import host_name, measurement_lock, occupies_host
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.state import state_dir
@@ -81,6 +83,34 @@ def measure_job(
         return measure_and_store(job, backend_for(backend, iterations), store, suite, host_turn)
     finally:
         store.close()
+
+
+@task(
+    retries=MEASURE_RETRIES,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    timeout_seconds=MEASURE_TIMEOUT_S,
+    cache_policy=NO_CACHE,
+    task_run_name="measure {job.task.name} {job.placement.method} round {job.round}",
+)
+def measure_placement(key: str, job: Job, spec: BackendSpec) -> Measured:
+    """The job measured where the task runs (a Dask worker, on a cluster), under that host's
+    lock; nothing is written there: the flow stores what comes back."""
+    return measure_here(key, job, spec)
+
+
+def task_runner(cluster: str):
+    """Prefect's Dask task runner for `cluster`: an embedded LocalCluster for "local" or
+    "local:N" (N workers of one thread), else the scheduler at the address, which is reached
+    first so that one that is not there is a one-line error before anything runs."""
+    from prefect_dask import DaskTaskRunner
+
+    if cluster == LOCAL or cluster.startswith(f"{LOCAL}:"):
+        options = dict(threads_per_worker=1, processes=True, dashboard_address=None)
+        options |= dict(n_workers=local_workers(cluster), host="127.0.0.1")
+        return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=options)
+    with dask_client(cluster):
+        pass
+    return DaskTaskRunner(address=cluster)
 
 
 def host_limit_name() -> str:

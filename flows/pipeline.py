@@ -15,7 +15,7 @@ from prefect import flow
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
 from dreamshard.tracking import connect
-from flows.collect_costs import collect_costs
+from flows.collect_costs import on_cluster
 from flows.common import mlflow_run, work_dir
 from flows.evaluate import evaluate_models
 from flows.train_cost_model import train_cost_model
@@ -37,16 +37,20 @@ def pipeline(
     seed: int = 0,
     out: str | None = None,
     eval_backend: str | None = None,
+    cluster: str | None = None,
 ) -> dict:
     """The four flows in a row, each an MLflow run nested under this one.
 
     `backend` measures what the models learn from; `eval_backend` (default: the same) measures
-    the evaluation, for example "dmp" for real TorchRec training steps.
+    the evaluation, for example "dmp" for real TorchRec training steps. `cluster` (a Dask
+    scheduler's address, or local / local:N) measures the cost collection on its workers.
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
         parent = run.info.run_id
-        collect_costs(suite, backend, warm_start, out=out, parent_run_id=parent)
+        on_cluster(cluster)(
+            suite, backend, warm_start, out=out, parent_run_id=parent, cluster=cluster
+        )
         costnet = train_cost_model(suite, backend, costnet_steps, seed, out, parent_run_id=parent)
         versions = train_policy(
             suite,

@@ -172,6 +172,19 @@ def test_a_failed_measurement_is_retried(harness, monkeypatch, tmp_path):
     assert flaky.calls == result["measured"] + 1
 
 
+def test_the_collect_flow_measures_on_dask_workers_and_writes_once(harness, tmp_path):
+    """Prefect's Dask task runner on an embedded cluster of 2 workers: both measure, the flow
+    alone writes, and the dataset equals the one the flow collects in process."""
+    from flows.collect_costs import collect_costs, on_cluster
+
+    run = on_cluster("local:2")
+    result = run("cpu-10x2", "simulated", 8, out=str(tmp_path / "dask"), cluster="local:2")
+    assert result["measured"] == 8 and result["failed"] == 0 and result["workers"] == 2
+    collect_costs("cpu-10x2", "simulated", 8, out=str(tmp_path / "here"))
+    cluster, here = (sorted(dataset_keys(tmp_path / d / "costs.sqlite")) for d in ("dask", "here"))
+    assert cluster == here and len(cluster) == 8
+
+
 def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):
     from flows.collect_costs import collect_costs
 

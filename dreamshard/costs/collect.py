@@ -191,7 +191,7 @@ def collect(
     progress = Progress(len(todo), f"measuring on {backend.name}")
     if fanout is not None:
         for measured in measure_many(todo.items(), fanout.spec, fanout.client):
-            _store(measured, dataset, suite_name, summary, progress)
+            store_measured(measured, dataset, suite_name, summary, progress)
     else:
         for key, job in todo.items():
             with measurement_lock(backend):
@@ -200,7 +200,7 @@ def collect(
     return summary
 
 
-def _store(
+def store_measured(
     measured: Measured,
     dataset: CostDataset,
     suite_name: str,

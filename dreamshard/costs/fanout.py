@@ -136,7 +136,7 @@ def dask_client(address: str) -> Iterator:
             "measuring on a Dask cluster needs `distributed`; pip install distributed"
         ) from None
     if address == LOCAL or address.startswith(f"{LOCAL}:"):
-        workers = _local_workers(address)
+        workers = local_workers(address)
         cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -161,7 +161,7 @@ def dask_client(address: str) -> Iterator:
         yield client
 
 
-def _local_workers(address: str) -> int:
+def local_workers(address: str) -> int:
     count = address.partition(":")[2] or "1"
     if not count.isdigit() or int(count) < 1:
         raise DreamshardError(f"--cluster {address}: say local or local:N with N >= 1 workers")
