@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from dreamshard.evaluation.ablation import (
     run_ablation,
 )
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import given_or_trained
+from dreamshard.evaluation.models import TRAINED_BY_RUN, given_or_trained, training_note
 from dreamshard.evaluation.ood_families import ood_tasks
 from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import (
@@ -128,6 +129,19 @@ def main() -> None:
     write_report(args.out or RESULTS, report(results, note), {"model": note, "groups": results})
 
 
+def recorded_note(note: str, model) -> str:
+    """The run's sentence on its model, its settings re-told from what the model file records
+    (train's settings as fitted: the loss `auto` resolved) where the run trained it."""
+    head, _, tail = note.rpartition("; ")
+    recorded = model.metadata.get("config")
+    if not head.startswith(TRAINED_BY_RUN) or not isinstance(recorded, dict):
+        return note
+    known = {f.name for f in fields(TrainConfig)}
+    values = {k: v for k, v in recorded.items() if k in known}
+    values["warm_start_devices"] = tuple(values.get("warm_start_devices", ()))
+    return f"{TRAINED_BY_RUN}{training_note(TrainConfig(**values))}; {tail}"
+
+
 def kernels(args: argparse.Namespace, rows: dict, models: dict, note: str) -> None:
     """The real-kernel half: measure every row's plans in interleaved rounds and report, or
     (`--rerender`) report again from the run's stored evaluation."""
@@ -138,7 +152,8 @@ def kernels(args: argparse.Namespace, rows: dict, models: dict, note: str) -> No
             raise SystemExit(f"ablation: error: no run to re-render: {stored} does not exist")
         data = json.loads(stored.read_text())
         command = data["command"].removeprefix("benchmarks/ablation.py").strip()
-        note = data["model"] + "; this report re-rendered from its .json (`--rerender`)"
+        note = recorded_note(data["model"], models["trained"])
+        note += "; this report re-rendered from its .json (`--rerender`)"
         write_report(out, measured_report(Evaluation.from_dict(data), note, models, command))
         return
     backend = make_backend("fbgemm")

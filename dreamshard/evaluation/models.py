@@ -12,11 +12,14 @@ from pathlib import Path
 
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
+from dreamshard.learn.pretrain import wants_rehearsal
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, save_rnn, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import TrainConfig, fitting_loss
 from dreamshard.state import state_dir
+
+TRAINED_BY_RUN = "trained by this run on "  # how a report's note on such a model begins
 
 
 def trained_on(model: DreamShardModel) -> str:
@@ -49,8 +52,13 @@ def training_note(config: TrainConfig) -> str:
             if config.pretrain and config.backend != "simulated"
             else ""
         )
+        + (
+            f", {config.rehearsal} tasks of the pre-training family rehearsed"
+            if wants_rehearsal(config)
+            else ""
+        )
         + f", {config.costnet_steps} cost-net steps per iteration, {config.policy_updates} "
-        f"policy updates of {config.episodes} episodes, {config.costnet_loss} loss, "
+        f"policy updates of {config.episodes} episodes, {fitting_loss(config)} loss, "
         f"{config.costnet_encoder} cost-network design, "
         f"{'a policy with' if config.lookahead else 'no'} one-step lookahead, seed {config.seed}"
     )
@@ -94,7 +102,7 @@ def train_for_run(
     model = train(config, log=log)
     minutes = (time.monotonic() - start) / 60
     return model, (
-        f"trained by this run on {training_note(config)}; {minutes:.1f} min, saved in "
+        f"{TRAINED_BY_RUN}{training_note(config)}; {minutes:.1f} min, saved in "
         f"{Path(config.out) / 'model.pt'}"
     )
 
