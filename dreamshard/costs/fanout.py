@@ -104,15 +104,18 @@ def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=N
         for key, job in jobs:
             yield measure_one(key, job, spec)
         return
-    from distributed import as_completed
+    from distributed import KilledWorker, as_completed
 
-    futures = [
-        client.submit(measure_one, key, job, spec, key=f"measure-{key}", pure=False)
-        for key, job in jobs
-    ]
+    futures = [client.submit(measure_one, key, job, spec, pure=False) for key, job in jobs]
     try:
         for future in as_completed(futures):
-            yield future.result()
+            try:
+                yield future.result()
+            except KilledWorker as exc:  # the job took down every worker it was given
+                raise DreamshardError(
+                    f"a measurement killed the Dask workers it ran on ({exc}); what came back "
+                    "before it is stored, and a rerun measures the rest"
+                ) from None
     finally:
         for future in futures:
             future.release()
