@@ -54,13 +54,13 @@ def keyed(jobs: list[Job]) -> list[tuple[str, Job]]:
 
 
 def test_a_worker_killed_mid_job_loses_nothing_and_stores_nothing_twice(tmp_path):
-    """Jobs of a fixed 2 s each; one worker is killed while it holds one: the scheduler runs
+    """Jobs of a fixed 1.5 s each; one worker is killed while it holds one: the scheduler runs
     that job again on a worker that lives, and the dataset ends with each job once."""
-    name, jobs = suite_jobs(6)
+    name, jobs = suite_jobs(4)
     path = tmp_path / "costs.sqlite"
     with dask_client("local:2") as client:
         pids = client.run(os.getpid)  # worker address -> its process id
-        fanout = Fanout(client, BackendSpec("simulated", delay_s=2.0))
+        fanout = Fanout(client, BackendSpec("simulated", delay_s=1.5))
         victim = {}
 
         def kill_when_busy():
@@ -107,5 +107,3 @@ def test_a_scheduler_that_cannot_be_reached_is_one_line_and_writes_nothing(cli, 
     result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "tcp://127.0.0.1:9")
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in error_line(result)
     assert not dataset.exists()
-    result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "local:0")
-    assert "local:N with N >= 1" in error_line(result) and not dataset.exists()
