@@ -43,7 +43,8 @@ def pipeline(
 
     `backend` measures what the models learn from; `eval_backend` (default: the same) measures
     the evaluation, for example "dmp" for real TorchRec training steps. `cluster` (a Dask
-    scheduler's address, or local / local:N) measures the cost collection on its workers.
+    scheduler's address, or local / local:N) measures the cost collection and the policy's
+    training on its workers.
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
@@ -64,6 +65,7 @@ def pipeline(
             seed=seed,
             out=out,
             parent_run_id=parent,
+            cluster=cluster,
         )
         result = evaluate_models(
             suite,

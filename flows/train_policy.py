@@ -62,8 +62,11 @@ def train_policy(
     seed: int = 0,
     out: str | None = None,
     parent_run_id: str | None = None,
+    cluster: str | None = None,
 ) -> dict:
     """Train, register the model; returns its registered versions {"policy", "costnet"}.
+    With `cluster` (a Dask scheduler's address, or local / local:N) its measurements fan out
+    over the cluster's workers (`train --cluster`).
 
     `fixed_costnet` trains the policy alone on `init_model`'s cost network: nothing is measured
     and the cost network does not change.
@@ -84,6 +87,7 @@ def train_policy(
         seed=seed,
         dataset=str(folder / "costs.sqlite"),
         init_model=init_model,
+        cluster=cluster or "",
     )
     params = {k: v for k, v in vars(config).items() if k != "measure_iterations"}
     with mlflow_run(

@@ -34,18 +34,35 @@ def stored(path) -> dict[str, tuple]:
         dataset.close()
 
 
-def test_two_workers_collect_what_this_process_collects(tmp_path):
+def test_two_workers_collect_and_train_as_this_process_does(tmp_path):
+    """20 placements collected on 2 workers equal those collected here; a training run whose
+    measurements fan out (`train --cluster`) stores what the same run stores here."""
+    from test_learning import small_config
+
+    from dreamshard.learn.train import train
+
     name, jobs = suite_jobs(20)
     backend = make_backend("simulated")
     collect(jobs, backend, CostDataset(tmp_path / "here.sqlite"), name)
+    quiet = lambda *_: None  # noqa: E731
+    train(small_config(tmp_path / "train-here", iterations=1), log=quiet)
     with dask_client("local:2") as client:
         fanout = Fanout(client, BackendSpec("simulated"))
         summary = collect(jobs, backend, CostDataset(tmp_path / "cluster.sqlite"), name, fanout)
         slow = BackendSpec("simulated", delay_s=0.3)
         workers = {m.worker for m in measure_many(keyed(jobs[:6]), slow, client)}
+        address = client.scheduler.address  # the same cluster, reached by its address
+        train(small_config(tmp_path / "train-cluster", iterations=1, cluster=address), log=quiet)
     assert summary.measured == 20 and summary.errors == 0
     assert stored(tmp_path / "cluster.sqlite") == stored(tmp_path / "here.sqlite")
     assert len(workers) == 2  # both workers measured
+    trained = [
+        stored(tmp_path / f"train-{w}" / "run" / "costs.sqlite") for w in ("here", "cluster")
+    ]
+    assert trained[0] == trained[1] and len(trained[0]) > 12
+
+
+WHERE = ("here", "cluster")
 
 
 def keyed(jobs: list[Job]) -> list[tuple[str, Job]]:

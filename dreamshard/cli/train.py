@@ -149,6 +149,12 @@ TRAIN_OPTIONS: dict[str, dict] = {
         f"backend, the device's own on fbgemm); {TOPOLOGY_HELP}",
     },
     "measure_iterations": {"type": positive(int), "help": "fbgemm timed iterations per device"},
+    "cluster": {
+        "metavar": "ADDRESS",
+        "help": "measure on a Dask cluster: a scheduler's address (tcp://HOST:8786) or local / "
+        "local:N (an embedded one); workers measure under their host's lock, this process "
+        "writes the dataset (none: this process, or $DREAMSHARD_DASK_ADDRESS)",
+    },
     "init_model": {
         "metavar": "MODEL",
         "help": "the model the run starts from: shipped (the cost network pre-trained on a broad "

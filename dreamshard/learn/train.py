@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import torch
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.fanout import BackendSpec, Fanout, cluster_address, dask_client
 from dreamshard.costs.simulated import SimulatedModel
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
@@ -282,8 +284,18 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
 
 
 def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
-    """The alternating loop; `on_iteration(record, costnet_losses, policy_rewards)` sees each."""
+    """The alternating loop; `on_iteration(record, costnet_losses, policy_rewards)` sees each.
+    With a cluster (`config.cluster`, or $DREAMSHARD_DASK_ADDRESS) its measurements fan out
+    over Dask workers and this process writes what they return (`costs/fanout.py`)."""
     config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
+    address = cluster_address(config.cluster)
+    with dask_client(address) if address else nullcontext() as client:
+        spec = BackendSpec(config.backend, config.measure_iterations, topology=config.topology)
+        fanout = Fanout(client, spec) if client is not None else None
+        return _train(config, log, on_iteration, fanout)
+
+
+def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> DreamShardModel:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
@@ -307,7 +319,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
             collection_jobs(suite, config.warm_start, device_counts=config.warm_start_devices)
         )
         jobs += collection_jobs(suite, config.warm_start_split, "split")
-        collect(jobs, backend, dataset, spec.name)
+        collect(jobs, backend, dataset, spec.name, fanout)
     if not state.iteration and wants_prior(config):
         rows = measured_rows(dataset, backend.config(), fitting=True)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
@@ -322,7 +334,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     probe_backend = backend if config.backend == "simulated" else None
     while state.iteration < config.iterations:
         start = time.monotonic()
-        summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name)
+        summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name, fanout)
         examples: list[Example] = load_examples(
             dataset, backend.config(), config.labels, fitting=True
         )

@@ -70,6 +70,9 @@ class TrainConfig:
     # the model the run starts from: "shipped" (the package's pre-trained cost network, for the
     # "quantities" design; "" too), "none" (from scratch) or a model file
     init_model: str = "shipped"
+    # a Dask cluster the run's measurements fan out over (costs/fanout.py: a scheduler's
+    # address, or local / local:N); "" : this process, or $DREAMSHARD_DASK_ADDRESS
+    cluster: str = ""
 
 
 def starts_from_shipped(config: TrainConfig) -> bool:
