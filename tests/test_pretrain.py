@@ -94,19 +94,20 @@ def test_only_runs_on_real_hardware_from_scratch_fit_the_prior():
         assert wants_prior(TrainConfig(backend="fbgemm", labels=labels))
 
 
-def test_fine_tuning_the_shipped_network_rehearses_with_its_own_loss():
-    """By default a run on real hardware from the shipped network replays its pre-training
-    family and fits with the loss it was pre-trained with; a run from scratch, on the simulated
-    backend, or of another design, does neither (what a plain fine-tune on one suite lost:
-    docs/learning.md). A loss the user names is kept."""
-    fine_tune = TrainConfig(backend="fbgemm")
+def test_only_fine_tuning_the_shipped_network_on_real_hardware_rehearses():
+    """Rehearsal (off by default) replays the pre-training family only where a run on real
+    hardware fine-tunes the shipped network; the "auto" loss is the shipped network's
+    pre-training loss there and the paper's mse from scratch or for another design; a loss the
+    user names is kept."""
+    fine_tune = TrainConfig(backend="fbgemm", rehearsal=200, costnet_loss="auto")
     assert wants_rehearsal(fine_tune) and fitting_loss(fine_tune) == PretrainConfig.loss
-    scratch = TrainConfig(backend="fbgemm", init_model="none")
+    assert not wants_rehearsal(TrainConfig(backend="fbgemm"))  # the default: off
+    scratch = replace(fine_tune, init_model="none")
     assert not wants_rehearsal(scratch) and fitting_loss(scratch) == "mse"
-    other_design = TrainConfig(backend="fbgemm", costnet_encoder="exp")
+    other_design = replace(fine_tune, costnet_encoder="exp")
     assert not wants_rehearsal(other_design) and fitting_loss(other_design) == "mse"
-    assert not wants_rehearsal(TrainConfig(backend="simulated"))
-    assert not wants_rehearsal(TrainConfig(backend="fbgemm", rehearsal=0))
+    assert not wants_rehearsal(replace(fine_tune, backend="simulated"))
+    assert fitting_loss(TrainConfig()) == "mse"
     assert fitting_loss(TrainConfig(costnet_loss="relative")) == "relative"
 
 

@@ -108,7 +108,8 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "help": "the cost network's loss: mse on costs scaled by the median cost (the paper's), "
         "relative (squared relative error), log (squared error of log costs), log-ratio (the "
         "shipped network's pre-training loss) or auto (log-ratio when fine-tuning the shipped "
-        "network, mse otherwise)",
+        "network, mse otherwise; with --rehearsal 200 it keeps the shipped network's wins on "
+        "tables unlike the suite's, docs/learning.md)",
     },
     "costnet_encoder": {
         "choices": COSTNET_ENCODERS,
