@@ -61,19 +61,23 @@ def publish(key: str, title: str, markdown: str) -> None:
     mlflow.log_text(text, f"{key}.md")
 
 
-@cache
-def backend_for(name: str, iterations: int | None = None) -> CostBackend:
-    """One backend object per process and settings (the fbgemm one warms up once)."""
-    return make_backend(name, iterations)
-
-
-@task(
+# a measuring task: retried with backoff, stopped after MEASURE_TIMEOUT_S, never cached
+MEASURING = dict(
     retries=MEASURE_RETRIES,
     retry_delay_seconds=exponential_backoff(backoff_factor=1),
     timeout_seconds=MEASURE_TIMEOUT_S,
     cache_policy=NO_CACHE,
     task_run_name="measure {job.task.name} {job.placement.method} round {job.round}",
 )
+
+
+@cache
+def backend_for(name: str, iterations: int | None = None) -> CostBackend:
+    """One backend object per process and settings (the fbgemm one warms up once)."""
+    return make_backend(name, iterations)
+
+
+@task(**MEASURING)
 def measure_job(
     job: Job, backend: str, dataset: str, suite: str, iterations: int | None = None
 ) -> tuple[PlacementCost, bool]:
@@ -85,13 +89,7 @@ def measure_job(
         store.close()
 
 
-@task(
-    retries=MEASURE_RETRIES,
-    retry_delay_seconds=exponential_backoff(backoff_factor=1),
-    timeout_seconds=MEASURE_TIMEOUT_S,
-    cache_policy=NO_CACHE,
-    task_run_name="measure {job.task.name} {job.placement.method} round {job.round}",
-)
+@task(**MEASURING)
 def measure_placement(key: str, job: Job, spec: BackendSpec) -> Measured:
     """The job measured where the task runs (a Dask worker, on a cluster), under that host's
     lock; nothing is written there: the flow stores what comes back."""
