@@ -5,16 +5,15 @@ from __future__ import annotations
 import mlflow
 from prefect import flow
 
-from dreamshard.costs.collect import CollectSummary, Job, collection_jobs, store_measured
-from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.collect import Job, collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.fanout import BackendSpec
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.progress import Progress
 from dreamshard.report import markdown_table
 from flows.common import (
+    TaskFanout,
     backend_for,
     measure_job,
-    measure_placement,
     mlflow_run,
     publish,
     task_runner,
@@ -78,39 +77,20 @@ def collect_costs(
 
 def measured_on_cluster(jobs: list[Job], backend: str, dataset: str, suite: str) -> dict:
     """Every job not stored yet submitted to the flow's task runner (Dask's, on a cluster);
-    what comes back written here, one record each. A measurement that failed after its retries
-    counts as failed and is stored nowhere, so the next run tries it again."""
+    what comes back written here, one record each (`collect` with a `TaskFanout`). A
+    measurement that failed after its retries counts as failed and is stored nowhere, so the
+    next run tries it again."""
+    fanout = TaskFanout(BackendSpec(backend))
     store = CostDataset(dataset)
     try:
-        config = backend_for(backend).config()
-        todo: dict[str, Job] = {}
-        for job in jobs:
-            todo.setdefault(measurement_key(job.task, job.placement, config, job.round), job)
-        stored = sum(1 for key in todo if store.has(key))
-        spec = BackendSpec(backend)
-        futures = [
-            measure_placement.submit(key, job, spec)
-            for key, job in todo.items()
-            if not store.has(key)
-        ]
-        summary, failed, workers = CollectSummary(skipped=stored), 0, set()
-        progress = Progress(len(futures), f"measuring on {backend} (Dask)")
-        for future in futures:
-            future.wait()
-            if future.state.is_completed():
-                measured = future.result()
-                workers.add(measured.worker)
-                store_measured(measured, store, suite, summary, progress)
-            else:
-                failed += 1
-        progress.close()
+        summary = collect(jobs, backend_for(backend), store, suite, fanout)
     finally:
         store.close()
     return {
         "measured": summary.measured,
-        "stored": summary.skipped + len(jobs) - len(todo),
-        "failed": failed + summary.errors,
-        "workers": len(workers),  # processes that measured
+        "stored": summary.skipped,
+        "failed": fanout.failed + summary.errors,
+        "workers": len(fanout.workers),
     }
 
 

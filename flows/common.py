@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -20,7 +21,13 @@ from prefect.tasks import exponential_backoff
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, measure_and_store
 from dreamshard.costs.dataset import CostDataset
-from dreamshard.costs.fanout import LOCAL, BackendSpec, Measured, dask_client, local_workers
+from dreamshard.costs.fanout import (
+    BackendSpec,
+    Measured,
+    dask_client,
+    is_local,
+    local_cluster_options,
+)
 from dreamshard.costs.fanout import measure_one as measure_here
 from dreamshard.costs.host_lock import host_name, measurement_lock, occupies_host
 from dreamshard.costs.types import CostBackend, PlacementCost
@@ -96,15 +103,36 @@ def measure_placement(key: str, job: Job, spec: BackendSpec) -> Measured:
     return measure_here(key, job, spec)
 
 
+@dataclass
+class TaskFanout:
+    """`costs.collect.collect`'s fan-out through the running flow's task runner (Prefect's
+    Dask one, on a cluster): each job a retried `measure_placement` task; what completes is
+    yielded as it comes back, what fails after its retries is counted, never stored."""
+
+    spec: BackendSpec
+    failed: int = 0
+    workers: set = field(default_factory=set)  # processes that measured
+
+    def measure(self, jobs: Iterable[tuple[str, Job]]) -> Iterator[Measured]:
+        futures = [measure_placement.submit(key, job, self.spec) for key, job in jobs]
+        for future in futures:
+            future.wait()
+            if not future.state.is_completed():
+                self.failed += 1
+                continue
+            measured = future.result()
+            self.workers.add(measured.worker)
+            yield measured
+
+
 def task_runner(cluster: str):
     """Prefect's Dask task runner for `cluster`: an embedded LocalCluster for "local" or
     "local:N" (N workers of one thread), else the scheduler at the address, which is reached
     first so that one that is not there is a one-line error before anything runs."""
     from prefect_dask import DaskTaskRunner
 
-    if cluster == LOCAL or cluster.startswith(f"{LOCAL}:"):
-        options = dict(threads_per_worker=1, processes=True, dashboard_address=None)
-        options |= dict(n_workers=local_workers(cluster), host="127.0.0.1")
+    if is_local(cluster):
+        options = local_cluster_options(cluster)
         return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=options)
     with dask_client(cluster):
         pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
 def cmd_collect(args: argparse.Namespace) -> None:
     from dreamshard.costs.collect import collect, collection_jobs
     from dreamshard.costs.dataset import CostDataset
-    from dreamshard.costs.fanout import BackendSpec, Fanout, cluster_address, dask_client
+    from dreamshard.costs.fanout import BackendSpec, fanout_for
     from dreamshard.placement.suites import make_suite, parse_suite_name
     from dreamshard.state import default_dataset_path
 
@@ -85,11 +84,9 @@ def cmd_collect(args: argparse.Namespace) -> None:
     suite = make_suite(spec)
     jobs = list(collection_jobs(suite, args.placements, args.mix))
     backend = _backend(args)
-    address = cluster_address(args.cluster)
-    with dask_client(address) if address else nullcontext() as client:
+    backend_spec = BackendSpec(args.backend, args.iterations, args.launcher, args.topology)
+    with fanout_for(args.cluster, backend_spec) as fanout:
         dataset = CostDataset(args.dataset or default_dataset_path())
-        backend_spec = BackendSpec(args.backend, args.iterations, args.launcher, args.topology)
-        fanout = Fanout(client, backend_spec) if client is not None else None
         summary = collect(jobs, backend, dataset, spec.name, fanout)
     print(
         f"{summary.measured} measured, {summary.skipped} already stored, {summary.errors} failed; "

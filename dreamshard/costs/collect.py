@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from dreamshard.costs.dataset import CostDataset, measurement_key
-from dreamshard.costs.fanout import Fanout, Measured, measure_many
+from dreamshard.costs.fanout import Fanout, Measured
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -175,7 +175,7 @@ def collect(
 
     The lock is taken per measurement, not for the whole collection, so that a long collection
     does not shut other measurements out for hours; each one is still alone on the host.
-    With `fanout` the jobs go to its Dask cluster (`costs.fanout.measure_many`: each worker
+    With `fanout` the jobs go to its Dask cluster (`costs.fanout.Fanout.measure`: each worker
     measures under its own host's lock and returns the record) and this process alone writes
     them, as they come back.
     """
@@ -190,8 +190,8 @@ def collect(
             todo.setdefault(key, job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
     if fanout is not None:
-        for measured in measure_many(todo.items(), fanout.spec, fanout.client):
-            store_measured(measured, dataset, suite_name, summary, progress)
+        for measured in fanout.measure(todo.items()):
+            _store_measured(measured, dataset, suite_name, summary, progress)
     else:
         for key, job in todo.items():
             with measurement_lock(backend):
@@ -200,7 +200,7 @@ def collect(
     return summary
 
 
-def store_measured(
+def _store_measured(
     measured: Measured,
     dataset: CostDataset,
     suite_name: str,

@@ -76,10 +76,14 @@ class Measured:
 @dataclass(frozen=True)
 class Fanout:
     """Where `costs.collect.collect` sends its jobs: a Dask client, and the backend each worker
-    makes for them."""
+    makes for them. Anything with the same `measure` serves (the flows' Prefect task runner:
+    `flows/common.TaskFanout`)."""
 
     client: object  # distributed.Client
     spec: BackendSpec
+
+    def measure(self, jobs: Iterable[tuple[str, object]]) -> Iterator[Measured]:
+        return measure_many(jobs, self.spec, self.client)
 
 
 def measure_one(key: str, job, spec: BackendSpec) -> Measured:
@@ -138,15 +142,8 @@ def dask_client(address: str) -> Iterator:
         raise DreamshardError(
             "measuring on a Dask cluster needs `distributed`; pip install distributed"
         ) from None
-    if address == LOCAL or address.startswith(f"{LOCAL}:"):
-        workers = local_workers(address)
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            host="127.0.0.1",
-        )
+    if is_local(address):
+        cluster = LocalCluster(**local_cluster_options(address))
         try:
             with Client(cluster) as client:
                 yield client
@@ -164,8 +161,33 @@ def dask_client(address: str) -> Iterator:
         yield client
 
 
-def local_workers(address: str) -> int:
+@contextmanager
+def fanout_for(cluster: str, spec: BackendSpec) -> Iterator[Fanout | None]:
+    """The fan-out a command measures with: over `cluster` (else $DREAMSHARD_DASK_ADDRESS),
+    connected for the block, or None (this process) when neither names one."""
+    address = cluster_address(cluster)
+    if not address:
+        yield None
+        return
+    with dask_client(address) as client:
+        yield Fanout(client, spec)
+
+
+def is_local(address: str) -> bool:
+    """Whether `address` asks for an embedded cluster ("local" or "local:N")."""
+    return address == LOCAL or address.startswith(f"{LOCAL}:")
+
+
+def local_cluster_options(address: str) -> dict:
+    """LocalCluster's settings for "local" or "local:N": N worker processes (default 1) of one
+    thread each, on 127.0.0.1, no dashboard."""
     count = address.partition(":")[2] or "1"
     if not count.isdigit() or int(count) < 1:
         raise DreamshardError(f"--cluster {address}: say local or local:N with N >= 1 workers")
-    return int(count)
+    return dict(
+        n_workers=int(count),
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        host="127.0.0.1",
+    )

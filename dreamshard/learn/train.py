@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
-from dreamshard.costs.fanout import BackendSpec, Fanout, cluster_address, dask_client
+from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for
 from dreamshard.costs.simulated import SimulatedModel
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
@@ -46,7 +45,7 @@ from dreamshard.learn.pretrain import (
     wants_prior,
     wants_rehearsal,
 )
-from dreamshard.learn.train_config import SHIPPED, TrainConfig, fitting_loss
+from dreamshard.learn.train_config import SHIPPED, TrainConfig, fitting_loss, starts_from_shipped
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
@@ -136,7 +135,7 @@ def start_model(config: TrainConfig) -> DreamShardModel | None:
     if config.init_model == "none":
         return None
     if config.init_model in ("", SHIPPED):
-        return shipped_model() if config.costnet_encoder == "quantities" else None
+        return shipped_model() if starts_from_shipped(config) else None
     return load_model(config.init_model)
 
 
@@ -288,10 +287,8 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     With a cluster (`config.cluster`, or $DREAMSHARD_DASK_ADDRESS) its measurements fan out
     over Dask workers and this process writes what they return (`costs/fanout.py`)."""
     config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
-    address = cluster_address(config.cluster)
-    with dask_client(address) if address else nullcontext() as client:
-        spec = BackendSpec(config.backend, config.measure_iterations, topology=config.topology)
-        fanout = Fanout(client, spec) if client is not None else None
+    spec = BackendSpec(config.backend, config.measure_iterations, topology=config.topology)
+    with fanout_for(config.cluster, spec) as fanout:
         return _train(config, log, on_iteration, fanout)
 
 
