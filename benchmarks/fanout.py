@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import collection_jobs
-from dreamshard.costs.dataset import measurement_key
+from dreamshard.costs.dataset import hardware, measurement_key
 from dreamshard.costs.fanout import BackendSpec, dask_client, measure_many
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -43,7 +43,7 @@ def keyed_jobs(count: int) -> list:
     spec = parse_suite_name("cpu-10x2", num_train_tasks=count, num_test_tasks=1)
     config = make_backend("simulated").config()
     jobs = list(collection_jobs(make_suite(spec), count))
-    return [(measurement_key(j.task, j.placement, config, j.round), j) for j in jobs]
+    return [(measurement_key(j.task, j.placement, config, j.round, hardware()), j) for j in jobs]
 
 
 def timed(jobs: list, spec: BackendSpec, workers: int | None) -> tuple[float, float]:

@@ -16,7 +16,6 @@ from flows.common import (
     measure_job,
     mlflow_run,
     publish,
-    task_runner,
     work_dir,
 )
 
@@ -34,9 +33,9 @@ def collect_costs(
     """Measure `placements` heuristic and random placements (each one a retried task).
 
     What the dataset holds already is read back, not measured again, so a re-run after a crash
-    measures only what is missing. With `cluster` (run it through `on_cluster`, which gives it
-    Prefect's Dask task runner) the measuring tasks run on the cluster's workers and this flow
-    alone writes what they return.
+    measures only what is missing. With `cluster` (run it through `flows.common.on_cluster`,
+    which gives it Prefect's Dask task runner) the measuring tasks run on the cluster's
+    workers and this flow alone writes what they return.
     """
     dataset = str(work_dir(suite, out) / "costs.sqlite")
     params = {
@@ -92,11 +91,3 @@ def measured_on_cluster(jobs: list[Job], backend: str, dataset: str, suite: str)
         "failed": fanout.failed + summary.errors,
         "workers": len(fanout.workers),
     }
-
-
-def on_cluster(cluster: str | None):
-    """The collect-costs flow measuring on `cluster` (Prefect's Dask task runner), or as it is
-    without one."""
-    return (
-        collect_costs.with_options(task_runner=task_runner(cluster)) if cluster else collect_costs
-    )

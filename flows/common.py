@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import dask
 import mlflow
 from prefect import get_client, task
 from prefect.artifacts import create_markdown_artifact
@@ -20,17 +21,22 @@ from prefect.tasks import exponential_backoff
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, measure_and_store
-from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.dataset import CostDataset, hardware
 from dreamshard.costs.fanout import (
     BackendSpec,
     Measured,
+    asked,
     dask_client,
     is_local,
     local_cluster_options,
+    measure_sequence,
+    worker_machines,
+    worker_resources,
 )
 from dreamshard.costs.fanout import measure_one as measure_here
 from dreamshard.costs.host_lock import host_name, measurement_lock, occupies_host
 from dreamshard.costs.types import CostBackend, PlacementCost
+from dreamshard.errors import DreamshardError
 from dreamshard.state import state_dir
 from dreamshard.tracking import connect, run_tags, use_experiment
 
@@ -103,6 +109,13 @@ def measure_placement(key: str, job: Job, spec: BackendSpec) -> Measured:
     return measure_here(key, job, spec)
 
 
+@task(**{**MEASURING, "task_run_name": "measure {keyed[0][1].task.name}, its rounds"})
+def measure_in_order(keyed: list[tuple[str, Job]], spec: BackendSpec) -> list[Measured]:
+    """An evaluation task's placements measured round after round where the task runs (one
+    worker: the rounds stay paired); nothing is written there. Its timeout is set per call."""
+    return measure_sequence(keyed, spec)
+
+
 @dataclass
 class TaskFanout:
     """`costs.collect.collect`'s fan-out through the running flow's task runner (Prefect's
@@ -114,7 +127,14 @@ class TaskFanout:
     workers: set = field(default_factory=set)  # processes that measured
 
     def measure(self, jobs: Iterable[tuple[str, Job]]) -> Iterator[Measured]:
-        futures = [measure_placement.submit(key, job, self.spec) for key, job in jobs]
+        """Each job a task, asking Dask for the resources it occupies where workers declare
+        them (`costs.fanout.asked`): on a cluster those take the place of the host's Prefect
+        slot, so workers need no Prefect API."""
+        declared = self._ask(worker_resources, {})
+        futures = []
+        for key, job in jobs:
+            with self._asking(asked(self.spec, job, declared)):
+                futures.append(measure_placement.submit(key, job, self.spec))
         for future in futures:
             future.wait()
             if not future.state.is_completed():
@@ -123,6 +143,52 @@ class TaskFanout:
             measured = future.result()
             self.workers.add(measured.worker)
             yield measured
+
+    def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
+        """Each sequence one `measure_in_order` task (an evaluation task's rounds, on one
+        worker), with a timeout of MEASURE_TIMEOUT_S per measurement; a sequence that fails
+        after its retries stops the caller: an evaluation needs every task's rounds."""
+        declared = self._ask(worker_resources, {})
+        futures = {}
+        for n, keyed in enumerate(sequences):
+            if not keyed:
+                continue
+            measuring = measure_in_order.with_options(
+                timeout_seconds=MEASURE_TIMEOUT_S * len(keyed)
+            )
+            with self._asking(asked(self.spec, keyed[0][1], declared)):
+                futures[n] = measuring.submit(keyed, self.spec)
+        for n, future in futures.items():
+            future.wait()
+            if not future.state.is_completed():
+                task_name = sequences[n][0][1].task.name
+                raise DreamshardError(
+                    f"measuring the rounds of {task_name} failed after {MEASURE_RETRIES} "
+                    f"retries ({future.state.name}); a rerun measures what is not stored"
+                )
+            measured = future.result()
+            self.workers.update(m.worker for m in measured)
+            yield n, measured
+
+    @staticmethod
+    def _asking(resources: dict | None):
+        """Dask annotations for the task runner's next submit: the resources a job occupies."""
+        return dask.annotate(resources=resources) if resources else nullcontext()
+
+    def machines(self) -> set[str]:
+        """The hardware of the flow's Dask workers (this machine's without a Dask runner)."""
+        return self._ask(worker_machines, {hardware()})
+
+    @staticmethod
+    def _ask(question, otherwise):
+        """`question(client)` of the flow's Dask cluster; `otherwise` without a Dask runner."""
+        from prefect_dask import get_dask_client
+
+        try:
+            with get_dask_client() as client:
+                return question(client)
+        except (AttributeError, RuntimeError, ValueError):  # not a Dask task runner
+            return otherwise
 
 
 def task_runner(cluster: str):
@@ -137,6 +203,12 @@ def task_runner(cluster: str):
     with dask_client(cluster):
         pass
     return DaskTaskRunner(address=cluster)
+
+
+def on_cluster(flow, cluster: str | None):
+    """`flow` with its measuring tasks on `cluster` (Prefect's Dask task runner), or as it is
+    without one."""
+    return flow.with_options(task_runner=task_runner(cluster)) if cluster else flow
 
 
 def host_limit_name() -> str:

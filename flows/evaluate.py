@@ -17,6 +17,7 @@ from prefect import flow
 
 from dreamshard.costs.collect import Job
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.fanout import BackendSpec
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
 from dreamshard.evaluation.refine import REFINE_SECONDS, refined_planner
 from dreamshard.evaluation.results import Evaluation
@@ -33,7 +34,7 @@ from dreamshard.tracking import (
     set_alias,
     tag_version,
 )
-from flows.common import backend_for, measure_job, mlflow_run, publish, work_dir
+from flows.common import TaskFanout, backend_for, measure_job, mlflow_run, publish, work_dir
 
 
 def predictions(evaluation: Evaluation, model) -> list[dict]:
@@ -92,6 +93,7 @@ def evaluate_models(
     refine_backend: str | None = None,
     refine_seconds: float = REFINE_SECONDS,
     eval_backend: str | None = None,
+    cluster: str | None = None,
 ) -> dict:
     """Measure every planner on `tasks` held-out tasks in `rounds` interleaved rounds.
 
@@ -100,8 +102,9 @@ def evaluate_models(
     `candidate_refined`, each task's placement refined on that backend for `refine_seconds`
     (placing time, reported as plan ms); the evaluation's rounds re-measure it like any other.
     Promotion compares the plain candidate only. `eval_backend` measures the evaluation
-    (default: `backend`, whose costs the models were trained on). Returns the summary and the
-    decision.
+    (default: `backend`, whose costs the models were trained on). With `cluster` (run it
+    through `flows.common.on_cluster`) each task's rounds are one task on one Dask worker, and
+    this flow stores what comes back. Returns the summary and the decision.
     """
     eval_backend = eval_backend or backend
     folder = work_dir(suite, out)
@@ -148,6 +151,7 @@ def evaluate_models(
             rounds,
             suite,
             measure=measure,
+            fanout=TaskFanout(BackendSpec(eval_backend)) if cluster else None,
         )
         promote = (
             "champion" not in planners or evaluation.paired_ratio("candidate", "champion") < 1.0

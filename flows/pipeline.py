@@ -15,8 +15,8 @@ from prefect import flow
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
 from dreamshard.tracking import connect
-from flows.collect_costs import on_cluster
-from flows.common import mlflow_run, work_dir
+from flows.collect_costs import collect_costs
+from flows.common import mlflow_run, on_cluster, work_dir
 from flows.evaluate import evaluate_models
 from flows.train_cost_model import train_cost_model
 from flows.train_policy import train_policy
@@ -43,13 +43,13 @@ def pipeline(
 
     `backend` measures what the models learn from; `eval_backend` (default: the same) measures
     the evaluation, for example "dmp" for real TorchRec training steps. `cluster` (a Dask
-    scheduler's address, or local / local:N) measures the cost collection and the policy's
-    training on its workers.
+    scheduler's address, or local / local:N) measures the cost collection, the policy's
+    training and the evaluation (a task's rounds a job) on its workers.
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
         parent = run.info.run_id
-        on_cluster(cluster)(
+        on_cluster(collect_costs, cluster)(
             suite, backend, warm_start, out=out, parent_run_id=parent, cluster=cluster
         )
         costnet = train_cost_model(suite, backend, costnet_steps, seed, out, parent_run_id=parent)
@@ -67,7 +67,7 @@ def pipeline(
             parent_run_id=parent,
             cluster=cluster,
         )
-        result = evaluate_models(
+        result = on_cluster(evaluate_models, cluster)(
             suite,
             backend,
             versions,
@@ -76,6 +76,7 @@ def pipeline(
             out=out,
             parent_run_id=parent,
             eval_backend=eval_backend,
+            cluster=cluster,
         )
     return {**result, "run_id": parent, "work_dir": str(work_dir(suite, out))}
 

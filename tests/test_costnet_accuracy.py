@@ -13,7 +13,7 @@ import torch
 from conftest import load_benchmark
 
 from dreamshard.costs.collect import collect, collection_jobs
-from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
 from dreamshard.costs.reference import NOMINAL_MS, reference_info
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
@@ -80,7 +80,7 @@ def interleaved_dataset(
                     if reference
                     else {},
                 )
-                key = measurement_key(task, placement, backend.config(), round_)
+                key = measurement_key(task, placement, backend.config(), round_, hardware())
                 dataset.append(key, task, placement, cost, backend.config(), SUITE, round_)
     dataset.close()
     return path

@@ -1,5 +1,7 @@
 """The cost dataset and the collector: append-only, resumable, crash-safe."""
 
+import hashlib
+import json
 import os
 import signal
 import sqlite3
@@ -10,13 +12,22 @@ from dataclasses import replace
 import pytest
 
 from dreamshard.costs.collect import collect, collection_jobs
-from dreamshard.costs.dataset import CostDataset, record_costs, record_task
+from dreamshard.costs.dataset import (
+    CostDataset,
+    hardware,
+    measurement_key,
+    record_costs,
+    record_task,
+)
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
 from dreamshard.costs.tbe import TimingConfig
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.learn.costnet_data import load_examples, measured_rows
+from dreamshard.learn.train import fitted_machines
 from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import shard_view
+from dreamshard.tables.sources import table_to_dict
 from tests.conftest import SCRIPT, error_line
 
 FAST = TimingConfig(warmup=1, iterations=2)
@@ -183,3 +194,65 @@ def test_fitting_leaves_out_the_suites_test_tasks(tmp_path):
     }
     assert len(fitted) == 4 and all("/train/" in e.task for e in fitted)
     assert len(measured_rows(dataset, backend.config(), fitting=True)) == 4
+
+
+ANOTHER_GPU = "NVIDIA H100 80GB HBM3"  # a record merged in from a host with that GPU
+
+
+def test_measurements_of_two_machines_coexist_and_each_fits_its_own(suite, tmp_path):
+    """A placement another machine measured (a merged file) is measured here too, and both
+    records stay; a second run skips it; a training run fits on this machine's only."""
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    backend = FbgemmBackend(timing=FAST)
+    job = next(iter(collection_jobs(suite, 1)))
+    theirs = backend.measure(job.task, job.placement)
+    key = measurement_key(job.task, job.placement, backend.config(), job.round, ANOTHER_GPU)
+    dataset.append(key, job.task, job.placement, theirs, backend.config(), measured_on=ANOTHER_GPU)
+    first = collect([job], backend, dataset)
+    again = collect([job], backend, dataset)
+    assert (first.measured, again.measured, again.skipped) == (1, 0, 1)
+    assert dataset.machines("fbgemm") == {ANOTHER_GPU: 1, hardware(): 1}
+    told = []
+    machines = fitted_machines(backend.config(), None, dataset, told.append)
+    assert machines == {hardware()} and ANOTHER_GPU in told[0]
+    fitted = measured_rows(dataset, backend.config(), machines=machines)
+    assert [r["hardware"] for r in fitted] == [hardware()]
+    # the simulated backend's costs are the same on every machine: one key, every record fits
+    assert fitted_machines(SimulatedBackend().config(), None, dataset, told.append) == set()
+
+
+def test_an_older_file_is_rekeyed_on_open_and_a_rerun_measures_nothing(suite, tmp_path):
+    """A file written before keys named the machine: opening it gives every record the key of
+    its own identity and machine (an error record keeps its suffix), once."""
+    path = tmp_path / "old.sqlite"
+    backend = FbgemmBackend(timing=FAST)
+    jobs = list(collection_jobs(suite, 3))
+    collect(jobs, backend, CostDataset(path))
+    keys = {r["id"]: r["key"] for r in CostDataset(path).rows()}
+    with sqlite3.connect(path) as db:  # the keys as a file of KEY_VERSION 0 held them
+        for row in CostDataset(path).rows():
+            task, placement = record_task(row)
+            old = old_form_key(task, placement, json.loads(row["config"]), row["round"])
+            db.execute("UPDATE measurements SET key = ? WHERE id = ?", (old, row["id"]))
+        db.execute("UPDATE measurements SET key = key || ':error:7' WHERE id = 1")
+        db.execute("PRAGMA user_version = 0")
+    reopened = CostDataset(path)
+    rekeyed = {r["id"]: r["key"] for r in reopened.rows()}
+    assert rekeyed == {**keys, 1: f"{keys[1]}:error:7"}
+    rerun = collect(jobs[1:], backend, reopened)
+    assert (rerun.measured, rerun.skipped) == (0, 2)
+
+
+def old_form_key(task, placement, config: dict, round_: int) -> str:
+    """A key as files before KEY_VERSION 1 made it: without the machine."""
+    task, placement = shard_view(task, placement)
+    identity = {
+        "tables": [table_to_dict(t) for t in task.tables],
+        "num_devices": task.num_devices,
+        "memory_cap_bytes": task.memory_cap_bytes,
+        "precision": task.precision,
+        "placement": list(placement.devices),
+        "config": config,
+        "round": round_,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()

@@ -7,13 +7,17 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
-from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
 from dreamshard.costs.fanout import BackendSpec, Fanout, dask_client, measure_many
 from dreamshard.costs.host_lock import LOCK_ENV
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.evaluate import evaluate
+from dreamshard.placement.registry import baseline_planners
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from tests.conftest import error_line
 
@@ -67,7 +71,7 @@ WHERE = ("here", "cluster")
 
 def keyed(jobs: list[Job]) -> list[tuple[str, Job]]:
     config = make_backend("simulated").config()
-    return [(measurement_key(j.task, j.placement, config, j.round), j) for j in jobs]
+    return [(measurement_key(j.task, j.placement, config, j.round, hardware()), j) for j in jobs]
 
 
 def test_a_worker_killed_mid_job_loses_nothing_and_stores_nothing_twice(tmp_path):
@@ -108,7 +112,7 @@ def test_fbgemm_workers_on_one_host_never_measure_at_once(tmp_path, monkeypatch)
     _, jobs = suite_jobs(4, "cpu-8x2")
     spec = BackendSpec("fbgemm", iterations=3)
     config = make_backend("fbgemm", 3).config()
-    work = [(measurement_key(j.task, j.placement, config, j.round), j) for j in jobs]
+    work = [(measurement_key(j.task, j.placement, config, j.round, hardware()), j) for j in jobs]
     with dask_client("local:2") as client:
         done = list(measure_many(work, spec, client))
     assert len(done) == 4 and all(m.cost is not None for m in done)
@@ -124,3 +128,41 @@ def test_a_scheduler_that_cannot_be_reached_is_one_line_and_writes_nothing(cli, 
     result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "tcp://127.0.0.1:9")
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in error_line(result)
     assert not dataset.exists()
+
+
+def test_jobs_ask_the_workers_for_the_gpus_they_occupy():
+    """A placement run under torchrun holds one GPU per device: on a worker declaring 2 GPUs
+    (and 2 threads) two 2-device jobs never run at once; a 4-device job is one line, not a job
+    that waits forever. (Simulated costs stand in for the run, under torchrun's resources.)"""
+    _, jobs = suite_jobs(3)
+    _, wide = suite_jobs(1, "cpu-10x4")
+    spec = BackendSpec("simulated", launcher="torchrun", delay_s=0.4)
+    options = dict(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    with distributed.LocalCluster(resources={"GPU": 2}, **options) as cluster:
+        with distributed.Client(cluster) as client:
+            done = list(measure_many(keyed(jobs), spec, client))
+            with pytest.raises(DreamshardError, match="needs GPU=4 on one worker .* is 2"):
+                list(measure_many(keyed(wide), spec, client))
+    spans = sorted((m.started, m.finished) for m in done)
+    assert len(spans) == 3 and all(m.cost is not None for m in done)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end
+
+
+def test_an_evaluation_measures_a_task_a_job_as_this_process_does(tmp_path):
+    """Each held-out task's interleaved rounds go to one worker as one job: the costs equal
+    those measured here (simulated: exact), each is stored once, and a second run reads them
+    back instead of measuring."""
+    spec = parse_suite_name("cpu-10x2", num_train_tasks=1, num_test_tasks=4)
+    tasks, planners = make_suite(spec).test_tasks, baseline_planners()
+    backend = make_backend("simulated")
+    here = evaluate(tasks, planners, backend, rounds=2)
+    dataset = CostDataset(tmp_path / "costs.sqlite")
+    with dask_client("local:2") as client:
+        fanout = Fanout(client, BackendSpec("simulated"))
+        there = evaluate(tasks, planners, backend, dataset, 2, "t", fanout=fanout)
+        stored = len(dataset)
+        again = evaluate(tasks, planners, backend, dataset, 2, "t", fanout=fanout)
+    assert np.array_equal(there.costs, here.costs, equal_nan=True)
+    assert stored == 2 * len({(t, p.devices) for t, row in enumerate(here.placements) for p in row})
+    assert len(dataset) == stored and np.array_equal(again.costs, here.costs, equal_nan=True)

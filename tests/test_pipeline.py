@@ -175,14 +175,44 @@ def test_a_failed_measurement_is_retried(harness, monkeypatch, tmp_path):
 def test_the_collect_flow_measures_on_dask_workers_and_writes_once(harness, tmp_path):
     """Prefect's Dask task runner on an embedded cluster of 2 workers: both measure, the flow
     alone writes, and the dataset equals the one the flow collects in process."""
-    from flows.collect_costs import collect_costs, on_cluster
+    from flows.collect_costs import collect_costs
+    from flows.common import on_cluster
 
-    run = on_cluster("local:2")
+    run = on_cluster(collect_costs, "local:2")
     result = run("cpu-10x2", "simulated", 8, out=str(tmp_path / "dask"), cluster="local:2")
     assert result["measured"] == 8 and result["failed"] == 0 and result["workers"] == 2
     collect_costs("cpu-10x2", "simulated", 8, out=str(tmp_path / "here"))
     cluster, here = (sorted(dataset_keys(tmp_path / d / "costs.sqlite")) for d in ("dask", "here"))
     assert cluster == here and len(cluster) == 8
+
+
+def test_an_evaluation_in_a_flow_measures_a_task_a_job_on_dask_workers(harness, tmp_path):
+    """The evaluate flow's measuring on a cluster: each task's rounds one `measure_in_order`
+    task on a worker of Prefect's Dask runner; the costs equal those measured in process."""
+    from prefect import flow
+
+    from dreamshard.costs.backends import make_backend
+    from dreamshard.costs.dataset import CostDataset
+    from dreamshard.costs.fanout import BackendSpec
+    from dreamshard.evaluation.evaluate import evaluate
+    from dreamshard.placement.registry import baseline_planners
+    from dreamshard.placement.suites import make_suite, parse_suite_name
+    from flows.common import TaskFanout, on_cluster
+
+    spec = parse_suite_name("cpu-10x2", num_train_tasks=1, num_test_tasks=4)
+    tasks, planners = make_suite(spec).test_tasks, baseline_planners()
+    backend = make_backend("simulated")
+
+    @flow
+    def rounds_on_workers(dataset: str) -> tuple[list, int]:
+        fanout = TaskFanout(BackendSpec("simulated"))
+        store = CostDataset(dataset)
+        evaluation = evaluate(tasks, planners, backend, store, 2, "t", fanout=fanout)
+        return evaluation.costs.tolist(), len(fanout.workers)
+
+    costs, workers = on_cluster(rounds_on_workers, "local:2")(str(tmp_path / "costs.sqlite"))
+    here = evaluate(tasks, planners, backend, rounds=2)
+    assert costs == here.costs.tolist() and workers == 2
 
 
 def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables, term_factors
 from dreamshard.costs.simulated import SimulatedBackend
@@ -101,7 +101,7 @@ def test_normalised_labels_come_from_the_stored_reference(tmp_path):
     backends = (FbgemmBackend(timing=FAST), FbgemmBackend(timing=FAST, reference=False))
     for round_, backend in enumerate(backends):
         cost = backend.measure(task, placement)
-        key = measurement_key(task, placement, backend.config(), round_)
+        key = measurement_key(task, placement, backend.config(), round_, hardware())
         dataset.append(key, task, placement, cost, backend.config(), round_=round_)
     raw = load_examples(dataset)
     (norm,) = load_examples(dataset, labels="normalised")  # the unreferenced one is left out

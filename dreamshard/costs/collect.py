@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
-from dreamshard.costs.dataset import CostDataset, measurement_key
-from dreamshard.costs.fanout import Fanout, Measured
+from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
+from dreamshard.costs.fanout import Fanout, Measured, measuring_machines
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -151,7 +151,7 @@ def measure_and_store(
     and the dataset is read again under it, so two processes never measure the same job.
     """
     config = backend.config()
-    key = measurement_key(job.task, job.placement, config, job.round)
+    key = measurement_key(job.task, job.placement, config, job.round, hardware())
     stored = dataset.stored_cost(key)
     if stored is not None:
         return stored, False
@@ -177,17 +177,21 @@ def collect(
     does not shut other measurements out for hours; each one is still alone on the host.
     With `fanout` the jobs go to its Dask cluster (`costs.fanout.Fanout.measure`: each worker
     measures under its own host's lock and returns the record) and this process alone writes
-    them, as they come back.
+    them, as they come back. A job counts as stored when it was measured on a machine that
+    measures here (this one, or one of the cluster's workers); one stored from another machine
+    only (a merged file) is measured again, and the two records coexist.
     """
     config = backend.config()
+    # a cluster with no worker yet names no machine: nothing counts as stored
+    machines = sorted(measuring_machines(fanout)) or [""]
     summary = CollectSummary()
     todo: dict[str, Job] = {}  # two planners may propose the same placement: measure it once
     for job in jobs:
-        key = measurement_key(job.task, job.placement, config, job.round)
-        if dataset.has(key):
+        keys = [measurement_key(job.task, job.placement, config, job.round, m) for m in machines]
+        if any(dataset.has(key) for key in keys):
             summary.skipped += 1
         else:
-            todo.setdefault(key, job)
+            todo.setdefault(keys[0], job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
     if fanout is not None:
         for measured in fanout.measure(todo.items()):
@@ -207,20 +211,31 @@ def _store_measured(
     summary: CollectSummary,
     progress: Progress,
 ) -> None:
-    """Append what a worker measured (an error under a key of its own, so the next run tries
-    the placement again), unless another collector stored it meanwhile. The key is made from
-    the worker's backend settings, which are what it measured with."""
+    """Append what a worker measured (`store_measured`), counted and told."""
     job = measured.job
-    key = measurement_key(job.task, job.placement, measured.config, job.round)
-    if dataset.has(key):
+    if not store_measured(measured, dataset, suite_name):
         summary.skipped += 1
         progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
         return
-    if measured.cost is None:
+    cost = measured.cost
+    if cost is None:
         summary.errors += 1
-        key = f"{key}:error:{time.time_ns()}"
     else:
         summary.measured += 1
+    outcome = f"error: {measured.error}" if cost is None else f"{cost.overall:.2f} ms"
+    progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({measured.worker})")
+
+
+def store_measured(measured: Measured, dataset: CostDataset, suite_name: str) -> bool:
+    """Append what a worker measured (an error under a key of its own, so the next run tries
+    the placement again); False when another collector stored it meanwhile. The key is made
+    from the worker's backend settings and hardware, which are what it measured with."""
+    job = measured.job
+    key = measurement_key(job.task, job.placement, measured.config, job.round, measured.hardware)
+    if dataset.has(key):
+        return False
+    if measured.cost is None:
+        key = f"{key}:error:{time.time_ns()}"
     dataset.append(
         key,
         job.task,
@@ -232,9 +247,7 @@ def _store_measured(
         error=measured.error,
         measured_on=measured.hardware,
     )
-    cost = measured.cost
-    outcome = f"error: {measured.error}" if cost is None else f"{cost.overall:.2f} ms"
-    progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({measured.worker})")
+    return True
 
 
 def _measure_one(

@@ -2,8 +2,10 @@
 
 One row per measurement, each written in its own transaction, so killing the collector loses
 at most the measurement in flight and never corrupts what is stored. A record's `key` is the
-identity of what was measured (tables, devices, cap, placement, backend settings, round), so a
-re-run skips what is stored and never stores it twice.
+identity of what was measured (tables, devices, cap, placement, backend settings, round) and of
+the machine that measured it (its `hardware`, for a backend whose costs depend on it), so a
+re-run skips what is stored and never stores it twice, and measurements of one placement on two
+GPU types (merged files, a mixed Dask cluster) coexist.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 import platform
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -37,9 +41,17 @@ COLUMNS = """
 """
 # Columns added after the first datasets were written: added to an older file when it is opened.
 ADDED_COLUMNS = {"info": "TEXT"}
+# The keys' form (SQLite's user_version): 1 added the machine; an older file is re-keyed on open.
+KEY_VERSION = 1
+# backends whose costs are the same on every machine: their keys name none
+MACHINE_FREE = ("simulated",)
 
 
-def measurement_key(task: PlacementTask, placement: Placement, config: dict, round_: int) -> str:
+def measurement_key(
+    task: PlacementTask, placement: Placement, config: dict, round_: int, machine: str
+) -> str:
+    """The identity of one measurement: what was measured, with which backend settings, which
+    round, and on which `machine` (its `hardware()`; ignored for a backend in MACHINE_FREE)."""
     task, placement = shard_view(task, placement)
     identity = {
         "tables": [table_to_dict(t) for t in task.tables],
@@ -50,10 +62,36 @@ def measurement_key(task: PlacementTask, placement: Placement, config: dict, rou
         "config": config,
         "round": round_,
     }
+    return _key(identity, key_machine(config, machine))
+
+
+def key_machine(config: dict, machine: str) -> str:
+    """The machine a key names: none for a backend whose costs no machine changes."""
+    return "" if config.get("backend") in MACHINE_FREE else machine
+
+
+def _key(identity: dict, machine: str | None) -> str:
+    """sha256 of the identity, with the machine (None: the form before KEY_VERSION 1)."""
+    if machine is not None:
+        identity = {**identity, "machine": machine}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
+def _row_identity(row: sqlite3.Row) -> dict:
+    return {
+        "tables": json.loads(row["tables"]),
+        "num_devices": row["num_devices"],
+        "memory_cap_bytes": row["memory_cap_bytes"],
+        "precision": row["precision"],
+        "placement": json.loads(row["placement"]),
+        "config": json.loads(row["config"]),
+        "round": row["round"],
+    }
+
+
+@cache
 def hardware() -> str:
+    """This machine: its first GPU's name, else its CPU's model name."""
     try:
         import torch  # only here: the dataset itself is plain sqlite
 
@@ -92,9 +130,10 @@ class CostDataset:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute(f"CREATE TABLE IF NOT EXISTS measurements ({COLUMNS})")
             self._add_columns()
+            self._db.row_factory = sqlite3.Row
+            self._rekey()
         except sqlite3.DatabaseError as exc:
             raise DreamshardError(f"cannot open cost dataset {self.path}: {exc}") from None
-        self._db.row_factory = sqlite3.Row
 
     def _add_columns(self) -> None:
         have = {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
@@ -107,8 +146,46 @@ class CostDataset:
                     if "duplicate column" not in str(exc) and "readonly" not in str(exc):
                         raise
 
+    def _rekey(self) -> None:
+        """Bring an older file's keys to KEY_VERSION, in one transaction: each record whose key
+        is the old form of its own identity gets the new one, naming the machine it records
+        (an error record keeps its suffix); any other key is left as it is."""
+        if self._db.execute("PRAGMA user_version").fetchone()[0] >= KEY_VERSION:
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):  # read as it is; nothing can be stored in it anyway
+                return
+            raise
+        try:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] < KEY_VERSION:
+                for row in self._db.execute("SELECT * FROM measurements").fetchall():
+                    base, _, suffix = row["key"].partition(":")
+                    identity = _row_identity(row)
+                    if base != _key(identity, None):
+                        continue
+                    machine = key_machine(identity["config"], row["hardware"] or "")
+                    new = _key(identity, machine) + (f":{suffix}" if suffix else "")
+                    self._db.execute(
+                        "UPDATE OR IGNORE measurements SET key = ? WHERE id = ?", (new, row["id"])
+                    )
+                self._db.execute(f"PRAGMA user_version = {KEY_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def close(self) -> None:
         self._db.close()
+
+    def machines(self, backend: str) -> dict[str, int]:
+        """How many successful measurements of `backend` each machine (`hardware`) made."""
+        query = (
+            "SELECT hardware, COUNT(*) FROM measurements WHERE status = 'ok' AND backend = ? "
+            "GROUP BY hardware"
+        )
+        return {row[0] or "": row[1] for row in self._db.execute(query, (backend,))}
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
@@ -200,12 +277,20 @@ class CostDataset:
         devices = tuple(DeviceCost(**d) for d in json.loads(row["costs"]))
         return PlacementCost(devices, row["backend"], row["comm"])
 
-    def rows(self, status: str = "ok", backend: str | None = None) -> list[sqlite3.Row]:
+    def rows(
+        self, status: str = "ok", backend: str | None = None, machines: Iterable[str] = ()
+    ) -> list[sqlite3.Row]:
+        """The records of `status`, oldest first; of `backend` and measured on one of
+        `machines`, when given."""
         query = "SELECT * FROM measurements WHERE status = ?"
         params: list[Any] = [status]
         if backend:
             query += " AND backend = ?"
             params.append(backend)
+        machines = sorted(set(machines))
+        if machines:
+            query += f" AND hardware IN ({', '.join('?' for _ in machines)})"
+            params.extend(machines)
         return self._db.execute(query + " ORDER BY id", params).fetchall()
 
     def to_frame(self):

@@ -20,20 +20,24 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import hardware
-from dreamshard.costs.host_lock import measurement_lock
+from dreamshard.costs.host_lock import measurement_lock, occupies_host
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError
 
 ADDRESS_ENV = "DREAMSHARD_DASK_ADDRESS"
 LOCAL = "local"  # an embedded LocalCluster; "local:N" for N workers
 CONNECT_TIMEOUT_S = 10
+# Dask worker resources a measurement occupies (`dask worker --resources "GPU=8,host=1"`;
+# dask-cuda-worker declares none by itself: pass --resources there too)
+GPU = "GPU"  # one per device of a placement run under torchrun or DMP
+HOST = "host"  # a whole host, for an in-process fbgemm job that times its devices in turn
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,14 @@ class BackendSpec:
 
     def make(self) -> CostBackend:
         return _backend(self)
+
+    def resources(self, job) -> dict[str, int]:
+        """What one job occupies where it runs: a GPU per device of a placement run under
+        torchrun or DMP (a process per device), the whole host for in-process fbgemm, nothing
+        for a backend that times nothing (simulated)."""
+        if self.name == "dmp" or self.launcher == "torchrun":
+            return {GPU: job.task.num_devices}
+        return {HOST: 1} if occupies_host(self.name) else {}
 
 
 @cache
@@ -85,6 +97,23 @@ class Fanout:
     def measure(self, jobs: Iterable[tuple[str, object]]) -> Iterator[Measured]:
         return measure_many(jobs, self.spec, self.client)
 
+    def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
+        return measure_sequences(sequences, self.spec, self.client)
+
+    def machines(self) -> set[str]:
+        """The hardware of the cluster's workers now (what their records will name)."""
+        return worker_machines(self.client)
+
+
+def measuring_machines(fanout: Fanout | None) -> set[str]:
+    """The machines that measure with `fanout`: its workers', or this one (None)."""
+    return fanout.machines() if fanout is not None else {hardware()}
+
+
+def worker_machines(client) -> set[str]:
+    """The `hardware()` of every worker the Dask `client` is connected to."""
+    return set(client.run(hardware).values())
+
 
 def measure_one(key: str, job, spec: BackendSpec) -> Measured:
     """Measure one job here, under this host's measurement lock; never writes anything."""
@@ -108,13 +137,52 @@ def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=N
         for key, job in jobs:
             yield measure_one(key, job, spec)
         return
+    declared = worker_resources(client)
+    calls = [
+        client.submit(measure_one, key, job, spec, pure=False, resources=asked(spec, job, declared))
+        for key, job in jobs
+    ]
+    for _, measured in _completed(calls):
+        yield measured
+
+
+def measure_sequence(keyed: Sequence[tuple[str, object]], spec: BackendSpec) -> list[Measured]:
+    """The jobs measured here one after another, in their order (each under the host's lock)."""
+    return [measure_one(key, job, spec) for key, job in keyed]
+
+
+def measure_sequences(
+    sequences: Sequence[Sequence[tuple[str, object]]], spec: BackendSpec, client=None
+) -> Iterator[tuple[int, list[Measured]]]:
+    """Each sequence of (key, job) measured in its order on one worker (an evaluation's task:
+    its interleaved rounds stay paired), yielded as (its index, its records) when it finishes;
+    in this process one after another when `client` is None. Empty sequences are skipped."""
+    todo = [(n, keyed) for n, keyed in enumerate(sequences) if keyed]
+    if client is None:
+        for n, keyed in todo:
+            yield n, measure_sequence(keyed, spec)
+        return
+    declared = worker_resources(client)
+    calls = [
+        client.submit(
+            measure_sequence, keyed, spec, pure=False, resources=asked(spec, keyed[0][1], declared)
+        )
+        for _, keyed in todo
+    ]
+    for position, measured in _completed(calls):
+        yield todo[position][0], measured
+
+
+def _completed(futures: list) -> Iterator[tuple[int, object]]:
+    """(position, result) of each Dask future as it finishes; every future is released at the
+    end, however the caller stops."""
     from distributed import KilledWorker, as_completed
 
-    futures = [client.submit(measure_one, key, job, spec, pure=False) for key, job in jobs]
+    position = {future.key: n for n, future in enumerate(futures)}
     try:
         for future in as_completed(futures):
             try:
-                yield future.result()
+                yield position[future.key], future.result()
             except KilledWorker as exc:  # the job took down every worker it was given
                 raise DreamshardError(
                     f"a measurement killed the Dask workers it ran on ({exc}); what came back "
@@ -123,6 +191,30 @@ def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=N
     finally:
         for future in futures:
             future.release()
+
+
+def worker_resources(client) -> dict[str, float]:
+    """The most of each resource that any one of the cluster's workers declares."""
+    most: dict[str, float] = {}
+    for info in client.scheduler_info(n_workers=-1)["workers"].values():
+        for name, amount in (info.get("resources") or {}).items():
+            most[name] = max(most.get(name, 0), amount)
+    return most
+
+
+def asked(spec: BackendSpec, job, declared: dict[str, float]) -> dict[str, int] | None:
+    """The resources a job asks the scheduler for: those of `spec.resources` that some worker
+    declares (on a cluster that counts none, the host lock alone keeps turns). A job that needs
+    more than any worker has is an error here, not a job that waits forever."""
+    wanted = {name: n for name, n in spec.resources(job).items() if name in declared}
+    for name, amount in wanted.items():
+        if amount > declared[name]:
+            raise DreamshardError(
+                f"{job.task.name} needs {name}={amount} on one worker and the most any worker "
+                f"declares is {declared[name]:g}; start workers with --resources "
+                f"{name}={amount}, or plan for fewer devices"
+            )
+    return wanted or None
 
 
 def cluster_address(given: str | None) -> str | None:
@@ -190,4 +282,5 @@ def local_cluster_options(address: str) -> dict:
         processes=True,
         dashboard_address=None,
         host="127.0.0.1",
+        resources={HOST: 1},
     )

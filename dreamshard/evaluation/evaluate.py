@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.collect import Job, measure_and_store
-from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.collect import Job, measure_and_store, store_measured
+from dreamshard.costs.dataset import CostDataset, measurement_key
+from dreamshard.costs.fanout import measuring_machines
 from dreamshard.costs.types import COST_TERMS, CostBackend, PlacementCost
+from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import cv
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -136,16 +138,23 @@ def evaluate(
     seed: int = 0,
     measure: Callable[[Job], PlacementCost] | None = None,
     declines: tuple[type[Exception], ...] = (),
+    fanout=None,
 ) -> Evaluation:
     """Place every task with every planner and measure all placements in interleaved rounds.
 
     `measure(job)` may replace the measuring step (a Prefect task with retries does); by
     default it is `measure_and_store` on `backend` and `dataset`, or `backend.measure` without
-    a dataset. A planner that raises one of `declines` on a task declines it (not measured; NaN
-    costs); any other error propagates. Identical placements are measured once per round.
+    a dataset. With `fanout` (a `costs.fanout.Fanout`, or the flows' `TaskFanout`) each task's
+    rounds go to one worker as one job instead (`rounds_by_task`). A planner that raises one of
+    `declines` on a task declines it (not measured; NaN costs); any other error propagates.
+    Identical placements are measured once per round.
     """
     tasks = list(tasks)
     placed = place_all(tasks, planners, declines, seed)
+    if fanout is not None:
+        items, index = distinct_items(tasks, placed[0])
+        costs = rounds_by_task(items, rounds, seed, backend, dataset, suite_name, fanout)
+        return evaluation_of(tasks, list(planners), placed, costs, index, backend)
     if measure is None and dataset is None:
         measure = lambda job: backend.measure(job.task, job.placement)  # noqa: E731
     elif measure is None:
@@ -161,6 +170,60 @@ def evaluate(
             progress.step(f"{task.name} {placement.method}: {cost.overall:.2f} ms")
     progress.close()
     return evaluation_of(tasks, list(planners), placed, costs, index, backend)
+
+
+def rounds_by_task(
+    items: list[tuple[PlacementTask, Placement]],
+    rounds: int,
+    seed: int,
+    backend: CostBackend,
+    dataset: CostDataset | None,
+    suite_name: str,
+    fanout,
+) -> list[list[PlacementCost]]:
+    """The costs [round][item] with each task's interleaved rounds measured as one job on one
+    worker of `fanout` (its items round after round, each round in a fresh order), so that a
+    task's paired ratios are never split between two machines. With a dataset, what it holds
+    from a machine that measures here is read, not measured, and what comes back is stored
+    here; a measurement that failed is stored as an error and stops the evaluation."""
+    config = backend.config()
+    machines = sorted(measuring_machines(fanout)) or [""]
+    rng = np.random.default_rng(seed)
+    costs: list[list] = [[None] * len(items) for _ in range(rounds)]
+    members: dict[int, list[int]] = {}  # a task's items, by the task's identity
+    for i, (task, _) in enumerate(items):
+        members.setdefault(id(task), []).append(i)
+    sequences, slots = [], []
+    for mine in members.values():
+        keyed, where = [], []
+        for r in range(rounds):
+            for i in rng.permutation(mine):
+                task, placement = items[i]
+                job = Job(task, placement, EVAL_ROUND_BASE + r)
+                keys = [measurement_key(task, placement, config, job.round, m) for m in machines]
+                stored = [dataset.stored_cost(k) for k in keys] if dataset is not None else []
+                costs[r][i] = next((c for c in stored if c is not None), None)
+                if costs[r][i] is None:
+                    keyed.append((keys[0], job))
+                    where.append((r, i))
+        sequences.append(keyed)
+        slots.append(where)
+    progress = Progress(sum(map(len, sequences)), f"evaluating on {backend.name}, a task a job")
+    failed = []
+    for n, measured in fanout.measure_sequences(sequences):
+        for (r, i), record in zip(slots[n], measured, strict=True):
+            if dataset is not None:
+                store_measured(record, dataset, suite_name)
+            costs[r][i] = record.cost
+            job, cost = record.job, record.cost
+            outcome = f"error: {record.error}" if cost is None else f"{cost.overall:.2f} ms"
+            progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({record.worker})")
+            if cost is None:
+                failed.append(f"{job.task.name} {job.placement.method}: {record.error}")
+    progress.close()
+    if failed:
+        raise DreamshardError(f"{len(failed)} measurement(s) failed; the first: {failed[0]}")
+    return costs
 
 
 def summary_table(evaluation: Evaluation) -> tuple[list[str], list[list[object]]]:

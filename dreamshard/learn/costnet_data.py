@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -37,10 +37,15 @@ class Example:
 
 
 def load_examples(
-    dataset: CostDataset, config: dict | None = None, labels: str = "raw", fitting: bool = False
+    dataset: CostDataset,
+    config: dict | None = None,
+    labels: str = "raw",
+    fitting: bool = False,
+    machines: Iterable[str] = (),
 ) -> list[Example]:
     """Every successful measurement (taken with backend settings `config`, when given;
-    `fitting`: only those a network may be fitted on, see `measured_rows`).
+    `fitting`: only those a network may be fitted on; `machines`: only those measured on one of
+    them; see `measured_rows`).
 
     `labels="normalised"` labels each with its cost normalised by the reference group timed
     with it (costs/reference.py), so labels from different runs agree; `"per-term"` normalises
@@ -50,7 +55,7 @@ def load_examples(
     if labels not in LABELS:
         raise ValueError(f"unknown labels {labels!r}; choose one of {', '.join(LABELS)}")
     examples = []
-    for row in measured_rows(dataset, config, fitting):
+    for row in measured_rows(dataset, config, fitting, machines):
         cost = labelled_cost(row, labels)
         if cost is None:
             continue
@@ -73,15 +78,21 @@ def load_examples(
     return examples
 
 
-def measured_rows(dataset: CostDataset, config: dict | None = None, fitting: bool = False) -> list:
+def measured_rows(
+    dataset: CostDataset,
+    config: dict | None = None,
+    fitting: bool = False,
+    machines: Iterable[str] = (),
+) -> list:
     """The dataset's successful measurements (taken with backend settings `config`, when
-    given), oldest first. `fitting` leaves out the measurements of suites' test tasks
+    given; on one of `machines`, when given: a cost network is fitted per GPU type), oldest
+    first. `fitting` leaves out the measurements of suites' test tasks
     (`placement.suites.held_out`): a dataset that also holds an evaluation (the main job's
     does) must not teach the network the tasks it is judged on."""
     wanted = json.dumps(config, sort_keys=True) if config is not None else None
     return [
         r
-        for r in dataset.rows(status="ok")
+        for r in dataset.rows(status="ok", machines=machines)
         if (wanted is None or r["config"] == wanted) and not (fitting and held_out(r["task"]))
     ]
 

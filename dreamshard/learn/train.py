@@ -19,8 +19,8 @@ import torch
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
-from dreamshard.costs.dataset import CostDataset
-from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for
+from dreamshard.costs.dataset import CostDataset, key_machine
+from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for, measuring_machines
 from dreamshard.costs.simulated import SimulatedModel
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
@@ -292,6 +292,22 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         return _train(config, log, on_iteration, fanout)
 
 
+def fitted_machines(config: dict, fanout: Fanout | None, dataset: CostDataset, log) -> set[str]:
+    """The machines whose measurements the run fits on: those that measure it (this one, or
+    the cluster's workers), so that a dataset merged from two GPU types fits a network for the
+    one that measures; every machine (the empty set) for a backend no machine changes."""
+    if not key_machine(config, "any"):
+        return set()
+    machines = measuring_machines(fanout)
+    others = {m: n for m, n in dataset.machines(config["backend"]).items() if m not in machines}
+    if others:
+        log(
+            f"fitting on measurements made on {', '.join(sorted(machines))}; the dataset's "
+            f"{sum(others.values())} made on {', '.join(sorted(others))} are left out"
+        )
+    return machines
+
+
 def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> DreamShardModel:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -300,6 +316,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
     tasks = suite.train_tasks
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     dataset = CostDataset(dataset_path(config))
+    machines = fitted_machines(backend.config(), fanout, dataset, log)
     checkpoint = out / "checkpoint.pt"
     if checkpoint.exists():
         state = load_checkpoint(checkpoint, config, backend)
@@ -318,11 +335,11 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         jobs += collection_jobs(suite, config.warm_start_split, "split")
         collect(jobs, backend, dataset, spec.name, fanout)
     if not state.iteration and wants_prior(config):
-        rows = measured_rows(dataset, backend.config(), fitting=True)
+        rows = measured_rows(dataset, backend.config(), fitting=True, machines=machines)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
     replay = None
     if wants_rehearsal(config):  # made again on a resume: the same seed, the same examples
-        rows = measured_rows(dataset, backend.config(), fitting=True)
+        rows = measured_rows(dataset, backend.config(), fitting=True, machines=machines)
         topology = state.costnet.comm["topology"] if state.costnet.comm else "cpu-gloo"
         replay = rehearsal_examples(config, rows, topology)
         log(f"rehearsal: {len(replay)} placements of the pre-training family replayed")
@@ -333,7 +350,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         start = time.monotonic()
         summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name, fanout)
         examples: list[Example] = load_examples(
-            dataset, backend.config(), config.labels, fitting=True
+            dataset, backend.config(), config.labels, fitting=True, machines=machines
         )
         losses = fit_costnet(state, config, examples, replay)
         rewards = train_policy(state, config, tasks)
