@@ -13,7 +13,6 @@ from dreamshard.report import markdown_table
 from flows.common import (
     TaskFanout,
     backend_for,
-    measure_job,
     mlflow_run,
     publish,
     work_dir,
@@ -48,16 +47,7 @@ def collect_costs(
     with mlflow_run("collect-costs", suite, params, parent_run_id):
         spec = parse_suite_name(suite, num_test_tasks=1)
         jobs = list(collection_jobs(make_suite(spec), placements, mix))
-        if cluster:
-            counts = measured_on_cluster(jobs, backend, dataset, suite)
-        else:
-            counts = {"measured": 0, "stored": 0, "failed": 0}
-            for job in jobs:
-                state = measure_job(job, backend, dataset, suite, return_state=True)
-                if state.is_completed():
-                    counts["measured" if state.result()[1] else "stored"] += 1
-                else:
-                    counts["failed"] += 1
+        counts = measured(jobs, backend, dataset, suite, bool(cluster))
         mlflow.log_metrics({f"placements_{k}": v for k, v in counts.items()})
         print(
             f"collect-costs {suite}: {counts['measured']} measured, {counts['stored']} "
@@ -67,19 +57,19 @@ def collect_costs(
             f"collect-costs-{suite}",
             f"Cost collection, {suite} on {backend}",
             markdown_table(
-                ["placements", "measured now", "already stored", "failed"],
+                ["placements", "measured now", "already stored", "failed", "workers"],
                 [[len(jobs), *counts.values()]],
             ),
         )
     return {"dataset": dataset, **counts}
 
 
-def measured_on_cluster(jobs: list[Job], backend: str, dataset: str, suite: str) -> dict:
-    """Every job not stored yet submitted to the flow's task runner (Dask's, on a cluster);
-    what comes back written here, one record each (`collect` with a `TaskFanout`). A
-    measurement that failed after its retries counts as failed and is stored nowhere, so the
-    next run tries it again."""
-    fanout = TaskFanout(BackendSpec(backend))
+def measured(jobs: list[Job], backend: str, dataset: str, suite: str, on_cluster: bool) -> dict:
+    """Every job not stored yet measured by a retried task (`flows.common.TaskFanout`): here
+    one after another, or all at once on the cluster's workers; what comes back written here,
+    one record each (`collect`). A measurement that failed after its retries counts as failed
+    and is stored nowhere, so the next run tries it again."""
+    fanout = TaskFanout(BackendSpec(backend), on_cluster)
     store = CostDataset(dataset)
     try:
         summary = collect(jobs, backend_for(backend), store, suite, fanout)

@@ -20,8 +20,8 @@ from prefect.settings import get_current_settings
 from prefect.tasks import exponential_backoff
 
 from dreamshard.costs.backends import make_backend
-from dreamshard.costs.collect import Job, measure_and_store
-from dreamshard.costs.dataset import CostDataset, hardware
+from dreamshard.costs.collect import Job
+from dreamshard.costs.dataset import hardware
 from dreamshard.costs.fanout import (
     BackendSpec,
     Measured,
@@ -29,13 +29,12 @@ from dreamshard.costs.fanout import (
     dask_client,
     is_local,
     local_cluster_options,
-    measure_sequence,
     worker_machines,
     worker_resources,
 )
 from dreamshard.costs.fanout import measure_one as measure_here
-from dreamshard.costs.host_lock import host_name, measurement_lock, occupies_host
-from dreamshard.costs.types import CostBackend, PlacementCost
+from dreamshard.costs.host_lock import host_name, occupies_host
+from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.state import state_dir
 from dreamshard.tracking import connect, run_tags, use_experiment
@@ -91,93 +90,98 @@ def backend_for(name: str, iterations: int | None = None) -> CostBackend:
 
 
 @task(**MEASURING)
-def measure_job(
-    job: Job, backend: str, dataset: str, suite: str, iterations: int | None = None
-) -> tuple[PlacementCost, bool]:
-    """The job's cost from the dataset, else measured and stored; (cost, measured now)."""
-    store = CostDataset(dataset)
-    try:
-        return measure_and_store(job, backend_for(backend, iterations), store, suite, host_turn)
-    finally:
-        store.close()
-
-
-@task(**MEASURING)
-def measure_placement(key: str, job: Job, spec: BackendSpec) -> Measured:
-    """The job measured where the task runs (a Dask worker, on a cluster), under that host's
-    lock; nothing is written there: the flow stores what comes back."""
-    return measure_here(key, job, spec)
+def measure_placement(key: str, job: Job, spec: BackendSpec, host_slot: bool = False) -> Measured:
+    """The job measured where the task runs (this process, or a Dask worker on a cluster),
+    under that host's lock and, with `host_slot`, its Prefect slot; nothing is written there:
+    the flow stores what comes back. A failed measurement raises, so Prefect retries it."""
+    with host_turn(spec.name) if host_slot else nullcontext():
+        measured = measure_here(key, job, spec)
+    if measured.cost is None:
+        raise DreamshardError(f"{job.task.name} {job.placement.method}: {measured.error}")
+    return measured
 
 
 @task(**{**MEASURING, "task_run_name": "measure {keyed[0][1].task.name}, its rounds"})
-def measure_in_order(keyed: list[tuple[str, Job]], spec: BackendSpec) -> list[Measured]:
+def measure_in_order(
+    keyed: list[tuple[str, Job]], spec: BackendSpec, host_slot: bool = False
+) -> list[Measured]:
     """An evaluation task's placements measured round after round where the task runs (one
-    worker: the rounds stay paired); nothing is written there. Its timeout is set per call."""
-    return measure_sequence(keyed, spec)
+    worker: the rounds stay paired), each as `measure_placement` does; nothing is written
+    there. Its timeout is set per call."""
+    return [measure_placement.fn(key, job, spec, host_slot) for key, job in keyed]
 
 
 @dataclass
 class TaskFanout:
-    """`costs.collect.collect`'s fan-out through the running flow's task runner (Prefect's
-    Dask one, on a cluster): each job a retried `measure_placement` task; what completes is
-    yielded as it comes back, what fails after its retries is counted, never stored."""
+    """How a flow measures: `costs.collect.collect`'s and `evaluation.evaluate`'s fan-out
+    through Prefect tasks. Each job is a retried `measure_placement` task (an evaluation task's
+    rounds one `measure_in_order` task) that returns its record; only the flow writes.
+
+    In this process (`on_cluster` False) the tasks run one after another, each holding the
+    host's Prefect slot as it measures. On a cluster (the flow run through `on_cluster`) they
+    are all submitted to Prefect's Dask task runner at once, each asking Dask for the resources
+    it occupies where workers declare them (`costs.fanout.asked`), which take the place of the
+    Prefect slot: workers need no Prefect API. What fails after its retries is counted and
+    never stored (a collection goes on; an evaluation, which needs every round, stops).
+    """
 
     spec: BackendSpec
+    on_cluster: bool = False
     failed: int = 0
     workers: set = field(default_factory=set)  # processes that measured
 
     def measure(self, jobs: Iterable[tuple[str, Job]]) -> Iterator[Measured]:
-        """Each job a task, asking Dask for the resources it occupies where workers declare
-        them (`costs.fanout.asked`): on a cluster those take the place of the host's Prefect
-        slot, so workers need no Prefect API."""
-        declared = self._ask(worker_resources, {})
-        futures = []
-        for key, job in jobs:
-            with self._asking(asked(self.spec, job, declared)):
-                futures.append(measure_placement.submit(key, job, self.spec))
-        for future in futures:
-            future.wait()
-            if not future.state.is_completed():
+        calls = [(measure_placement, (key, job), job) for key, job in jobs]
+        for state in self._states(calls):
+            if state.is_completed():
+                measured = state.result()
+                self.workers.add(measured.worker)
+                yield measured
+            else:
                 self.failed += 1
-                continue
-            measured = future.result()
-            self.workers.add(measured.worker)
-            yield measured
 
     def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
-        """Each sequence one `measure_in_order` task (an evaluation task's rounds, on one
-        worker), with a timeout of MEASURE_TIMEOUT_S per measurement; a sequence that fails
-        after its retries stops the caller: an evaluation needs every task's rounds."""
-        declared = self._ask(worker_resources, {})
-        futures = {}
-        for n, keyed in enumerate(sequences):
-            if not keyed:
-                continue
-            measuring = measure_in_order.with_options(
-                timeout_seconds=MEASURE_TIMEOUT_S * len(keyed)
+        todo = [(n, keyed) for n, keyed in enumerate(sequences) if keyed]
+        calls = [
+            (
+                measure_in_order.with_options(timeout_seconds=MEASURE_TIMEOUT_S * len(keyed)),
+                (keyed,),
+                keyed[0][1],
             )
-            with self._asking(asked(self.spec, keyed[0][1], declared)):
-                futures[n] = measuring.submit(keyed, self.spec)
-        for n, future in futures.items():
-            future.wait()
-            if not future.state.is_completed():
-                task_name = sequences[n][0][1].task.name
+            for _, keyed in todo
+        ]
+        for (n, keyed), state in zip(todo, self._states(calls), strict=True):
+            if not state.is_completed():
                 raise DreamshardError(
-                    f"measuring the rounds of {task_name} failed after {MEASURE_RETRIES} "
-                    f"retries ({future.state.name}); a rerun measures what is not stored"
+                    f"measuring the rounds of {keyed[0][1].task.name} failed after "
+                    f"{MEASURE_RETRIES} retries ({state.message or state.name}); a rerun "
+                    "measures what is not stored"
                 )
-            measured = future.result()
+            measured = state.result()
             self.workers.update(m.worker for m in measured)
             yield n, measured
 
-    @staticmethod
-    def _asking(resources: dict | None):
-        """Dask annotations for the task runner's next submit: the resources a job occupies."""
-        return dask.annotate(resources=resources) if resources else nullcontext()
+    def _states(self, calls: list[tuple]) -> Iterator:
+        """The final state of each (task, its arguments before the spec, a job it measures)
+        call, in their order: run here one after another, holding the host's Prefect slot,
+        or all submitted to the cluster first."""
+        if not self.on_cluster:
+            for measuring, args, _ in calls:
+                yield measuring(*args, self.spec, True, return_state=True)
+            return
+        declared = self._ask(worker_resources, {})
+        futures = []
+        for measuring, args, job in calls:
+            resources = asked(self.spec, job, declared)
+            with dask.annotate(resources=resources) if resources else nullcontext():
+                futures.append(measuring.submit(*args, self.spec))
+        for future in futures:
+            future.wait()
+            yield future.state
 
     def machines(self) -> set[str]:
         """The hardware of the flow's Dask workers (this machine's without a Dask runner)."""
-        return self._ask(worker_machines, {hardware()})
+        return self._ask(worker_machines, {hardware()}) if self.on_cluster else {hardware()}
 
     @staticmethod
     def _ask(question, otherwise):
@@ -243,14 +247,14 @@ def _ensure_limit(url: str, name: str) -> str:
 
 
 @contextmanager
-def host_turn(backend: CostBackend) -> Iterator[None]:
-    """This host's turn to measure: its Prefect slot (with a Prefect server), then its file lock.
-
-    The slot shows waiting measurements in Prefect's UI; the file lock also keeps out CLI runs
-    and flows of other servers or state folders. Nothing is taken for a backend that times
+def host_turn(backend: str) -> Iterator[None]:
+    """This host's Prefect slot for measuring with `backend` (a name), where flows have a
+    Prefect server: it shows waiting measurements in Prefect's UI. The host's file lock, which
+    also keeps out CLI runs and flows of other servers or state folders, is taken where the
+    measurement is made (`costs.fanout.measure_one`). Nothing is taken for a backend that times
     nothing (simulated).
     """
     name = host_limit() if occupies_host(backend) else None
     slot = concurrency(name, occupy=1, lease_duration=HOST_SLOT_LEASE_S) if name else nullcontext()
-    with slot, measurement_lock(backend):
+    with slot:
         yield

@@ -15,7 +15,6 @@ from __future__ import annotations
 import mlflow
 from prefect import flow
 
-from dreamshard.costs.collect import Job
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.fanout import BackendSpec
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
@@ -34,7 +33,7 @@ from dreamshard.tracking import (
     set_alias,
     tag_version,
 )
-from flows.common import TaskFanout, backend_for, measure_job, mlflow_run, publish, work_dir
+from flows.common import TaskFanout, backend_for, mlflow_run, publish, work_dir
 
 
 def predictions(evaluation: Evaluation, model) -> list[dict]:
@@ -102,9 +101,10 @@ def evaluate_models(
     `candidate_refined`, each task's placement refined on that backend for `refine_seconds`
     (placing time, reported as plan ms); the evaluation's rounds re-measure it like any other.
     Promotion compares the plain candidate only. `eval_backend` measures the evaluation
-    (default: `backend`, whose costs the models were trained on). With `cluster` (run it
-    through `flows.common.on_cluster`) each task's rounds are one task on one Dask worker, and
-    this flow stores what comes back. Returns the summary and the decision.
+    (default: `backend`, whose costs the models were trained on). Each task's rounds are one
+    retried Prefect task (`flows.common.measure_in_order`), here or, with `cluster` (run it
+    through `flows.common.on_cluster`), on one Dask worker; this flow stores what comes back.
+    Returns the summary and the decision.
     """
     eval_backend = eval_backend or backend
     folder = work_dir(suite, out)
@@ -139,10 +139,6 @@ def evaluate_models(
             planners["champion"] = named_planner("dreamshard", champion_model, samples)
         spec = parse_suite_name(suite, num_train_tasks=1, num_test_tasks=tasks)
         test_tasks = make_suite(spec).test_tasks
-
-        def measure(job: Job):
-            return measure_job(job, eval_backend, dataset, suite)[0]
-
         evaluation = evaluate(
             test_tasks,
             planners,
@@ -150,8 +146,7 @@ def evaluate_models(
             CostDataset(dataset),
             rounds,
             suite,
-            measure=measure,
-            fanout=TaskFanout(BackendSpec(eval_backend)) if cluster else None,
+            fanout=TaskFanout(BackendSpec(eval_backend), on_cluster=bool(cluster)),
         )
         promote = (
             "champion" not in planners or evaluation.paired_ratio("candidate", "champion") < 1.0

@@ -163,18 +163,19 @@ def test_a_flow_measurement_waits_for_the_hosts_prefect_slot(lock_env, prefect_s
     from prefect import get_client
     from prefect.concurrency.sync import concurrency
 
-    from flows.common import backend_for, host_limit, measure_job
+    from dreamshard.costs.fanout import BackendSpec
+    from flows.common import host_limit, measure_placement
 
     suite = make_suite(parse_suite_name("cpu-12x2", num_train_tasks=2, num_test_tasks=1))
     job = next(collection_jobs(suite, 1))
-    dataset = str(tmp_path / "costs.sqlite")
-    backend_for("fbgemm", 2).config()  # torch loaded before the slot is taken
+    spec = BackendSpec("fbgemm", 2)
+    spec.make().config()  # torch loaded before the slot is taken
     name = host_limit()
     assert name is not None and name.startswith("dreamshard-measure-")
     results = []
 
     def measure():
-        results.append(measure_job.fn(job, "fbgemm", dataset, "cpu-12x2", 2))
+        results.append(measure_placement.fn("key", job, spec, host_slot=True))
 
     with concurrency(name, occupy=1, strict=True):
         # the worker sees the same Prefect server (a thread does not inherit context by itself)
@@ -182,11 +183,10 @@ def test_a_flow_measurement_waits_for_the_hosts_prefect_slot(lock_env, prefect_s
         worker = threading.Thread(target=context.run, args=(measure,))
         worker.start()
         time.sleep(3)  # time enough to measure, were the slot not respected
-        assert not results and len(CostDataset(dataset)) == 0
+        assert not results
         released = time.time()
     worker.join(timeout=240)
-    cost, measured_now = results[0]
-    assert measured_now and cost.info["started"] >= released
+    assert results[0].cost is not None and results[0].started >= released
     with get_client(sync_client=True) as client:
         limit = client.read_global_concurrency_limit_by_name(name)
     assert limit.limit == 1 and limit.active_slots == 0

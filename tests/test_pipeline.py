@@ -159,11 +159,11 @@ class FlakyBackend:
 
 
 def test_a_failed_measurement_is_retried(harness, monkeypatch, tmp_path):
-    import flows.common
+    import dreamshard.costs.fanout
     from flows.collect_costs import collect_costs
 
-    flaky = FlakyBackend()
-    monkeypatch.setattr(flows.common, "backend_for", lambda name, iterations=None: flaky)
+    flaky = FlakyBackend()  # what each measuring task makes from its BackendSpec
+    monkeypatch.setattr(dreamshard.costs.fanout, "_backend", lambda spec: flaky)
     result = collect_costs("cpu-10x2", "simulated", 6, out=str(tmp_path))
     assert result["failed"] == 0 and result["measured"] + result["stored"] == 6
     keys = dataset_keys(tmp_path / "costs.sqlite")
@@ -205,7 +205,7 @@ def test_an_evaluation_in_a_flow_measures_a_task_a_job_on_dask_workers(harness, 
 
     @flow
     def rounds_on_workers(dataset: str) -> tuple[list, int]:
-        fanout = TaskFanout(BackendSpec("simulated"))
+        fanout = TaskFanout(BackendSpec("simulated"), on_cluster=True)
         store = CostDataset(dataset)
         evaluation = evaluate(tasks, planners, backend, store, 2, "t", fanout=fanout)
         return evaluation.costs.tolist(), len(fanout.workers)
