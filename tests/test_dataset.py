@@ -24,7 +24,7 @@ from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, Simulated
 from dreamshard.costs.tbe import TimingConfig
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.learn.costnet_data import load_examples, measured_rows
-from dreamshard.learn.train import fitted_machines
+from dreamshard.learn.train import fitted_machines, most_measured_machine
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import shard_view
 from dreamshard.tables.sources import table_to_dict
@@ -217,6 +217,15 @@ def test_measurements_of_two_machines_coexist_and_each_fits_its_own(suite, tmp_p
     assert machines == {hardware()} and ANOTHER_GPU in told[0]
     fitted = measured_rows(dataset, backend.config(), machines=machines)
     assert [r["hardware"] for r in fitted] == [hardware()]
+    # a network fitted on the file alone learns the machine that measured most of it
+    other = list(collection_jobs(suite, 2))[1]
+    key = measurement_key(other.task, other.placement, backend.config(), 0, ANOTHER_GPU)
+    cost = backend.measure(other.task, other.placement)
+    dataset.append(
+        key, other.task, other.placement, cost, backend.config(), measured_on=ANOTHER_GPU
+    )
+    assert most_measured_machine(backend.config(), dataset, told.append) == {ANOTHER_GPU}
+    assert "2 measurements made on " + ANOTHER_GPU in told[-1]
     # the simulated backend's costs are the same on every machine: one key, every record fits
     assert fitted_machines(SimulatedBackend().config(), None, dataset, told.append) == set()
 

@@ -250,9 +250,9 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     """
     config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
-    examples = load_examples(
-        CostDataset(dataset_path(config)), backend.config(), config.labels, fitting=True
-    )
+    dataset = CostDataset(dataset_path(config))
+    machines = most_measured_machine(backend.config(), dataset, log)
+    examples = load_examples(dataset, backend.config(), config.labels, True, machines)
     if len(examples) < 5:
         raise DreamshardError(
             f"{dataset_path(config)} holds {len(examples)} measurements on this backend's "
@@ -262,7 +262,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     state = fresh_state(config, backend)
     if wants_prior(config):  # scaled to this host by the fitted measurements only
         spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks)
-        rows = measured_rows(CostDataset(dataset_path(config)), backend.config(), fitting=True)
+        rows = measured_rows(dataset, backend.config(), fitting=True, machines=machines)
         state.prior = pretrain_costnet(state, config, make_suite(spec), rows[:cut], log)
     fit_config = replace(config, iterations=1)
     losses = fit_costnet(state, fit_config, examples[:cut])
@@ -306,6 +306,21 @@ def fitted_machines(config: dict, fanout: Fanout | None, dataset: CostDataset, l
             f"{sum(others.values())} made on {', '.join(sorted(others))} are left out"
         )
     return machines
+
+
+def most_measured_machine(config: dict, dataset: CostDataset, log) -> set[str]:
+    """The machine a network fitted on the dataset alone learns: the one that made most of the
+    backend's measurements (said when others are left out); every machine (the empty set) for
+    a backend no machine changes."""
+    counts = dataset.machines(config["backend"])
+    if not key_machine(config, "any") or len(counts) < 2:
+        return set()
+    machine = max(counts, key=lambda m: (counts[m], m))
+    log(
+        f"fitting on the {counts[machine]} measurements made on {machine}; "
+        f"{sum(counts.values()) - counts[machine]} made on other machines are left out"
+    )
+    return {machine}
 
 
 def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> DreamShardModel:
