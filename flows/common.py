@@ -21,15 +21,16 @@ from prefect.tasks import exponential_backoff
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job
-from dreamshard.costs.dataset import hardware
 from dreamshard.costs.fanout import (
     BackendSpec,
     Measured,
+    Measurer,
     asked,
     dask_client,
     is_local,
     local_cluster_options,
-    worker_machines,
+    measurer,
+    worker_measurers,
     worker_resources,
 )
 from dreamshard.costs.fanout import measure_one as measure_here
@@ -114,15 +115,17 @@ def measure_in_order(
 @dataclass
 class TaskFanout:
     """How a flow measures: `costs.collect.collect`'s and `evaluation.evaluate`'s fan-out
-    through Prefect tasks. Each job is a retried `measure_placement` task (an evaluation task's
-    rounds one `measure_in_order` task) that returns its record; only the flow writes.
+    through Prefect tasks that return their records; only the flow writes.
 
-    In this process (`on_cluster` False) the tasks run one after another, each holding the
-    host's Prefect slot as it measures. On a cluster (the flow run through `on_cluster`) they
-    are all submitted to Prefect's Dask task runner at once, each asking Dask for the resources
-    it occupies where workers declare them (`costs.fanout.asked`), which take the place of the
+    In this process (`on_cluster` False) each job is a retried `measure_placement` task, run
+    one after another, holding the host's Prefect slot as it measures (an evaluation task's
+    rounds too: each comes back, and is stored, as it is measured). On a cluster (the flow run
+    through `on_cluster`) every job, or every evaluation task's rounds as one `measure_in_order`
+    task, is submitted to Prefect's Dask task runner at once, asking Dask for the resources it
+    occupies where workers declare them (`costs.fanout.asked`), which take the place of the
     Prefect slot: workers need no Prefect API. What fails after its retries is counted and
-    never stored (a collection goes on; an evaluation, which needs every round, stops).
+    never stored: a collection goes on; an evaluation, which needs every round, stops once
+    all that did come back is stored.
     """
 
     spec: BackendSpec
@@ -141,6 +144,19 @@ class TaskFanout:
                 self.failed += 1
 
     def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
+        """(index, records) as they come back, a sequence's records in order: here one job at
+        a time, on a cluster each sequence whole (one task on one worker)."""
+        if not self.on_cluster:
+            for n, keyed in enumerate(sequences):
+                for key, job in keyed:
+                    state = measure_placement(key, job, self.spec, True, return_state=True)
+                    if not state.is_completed():
+                        self.failed += 1
+                        raise self._stopped(keyed, f"{job.placement.method}: {state.message}")
+                    measured = state.result()
+                    self.workers.add(measured.worker)
+                    yield n, [measured]
+            return
         todo = [(n, keyed) for n, keyed in enumerate(sequences) if keyed]
         calls = [
             (
@@ -150,16 +166,24 @@ class TaskFanout:
             )
             for _, keyed in todo
         ]
+        stopped = None
         for (n, keyed), state in zip(todo, self._states(calls), strict=True):
             if not state.is_completed():
-                raise DreamshardError(
-                    f"measuring the rounds of {keyed[0][1].task.name} failed after "
-                    f"{MEASURE_RETRIES} retries ({state.message or state.name}); a rerun "
-                    "measures what is not stored"
-                )
+                self.failed += 1
+                stopped = stopped or self._stopped(keyed, f"its rounds ({state.message})")
+                continue
             measured = state.result()
             self.workers.update(m.worker for m in measured)
             yield n, measured
+        if stopped:
+            raise stopped
+
+    @staticmethod
+    def _stopped(keyed: list, what: str) -> DreamshardError:
+        return DreamshardError(
+            f"measuring {keyed[0][1].task.name} failed ({what}) after {MEASURE_RETRIES} "
+            "retries; what came back is stored, and a rerun measures the rest"
+        )
 
     def _states(self, calls: list[tuple]) -> Iterator:
         """The final state of each (task, its arguments before the spec, a job it measures)
@@ -169,30 +193,37 @@ class TaskFanout:
             for measuring, args, _ in calls:
                 yield measuring(*args, self.spec, True, return_state=True)
             return
-        declared = self._ask(worker_resources, {})
+        declared = worker_resources(self._client())
+        asks = [asked(self.spec, job, declared) for _, _, job in calls]  # all before any is sent
         futures = []
-        for measuring, args, job in calls:
-            resources = asked(self.spec, job, declared)
+        for (measuring, args, _), resources in zip(calls, asks, strict=True):
             with dask.annotate(resources=resources) if resources else nullcontext():
                 futures.append(measuring.submit(*args, self.spec))
         for future in futures:
             future.wait()
             yield future.state
 
-    def machines(self) -> set[str]:
-        """The hardware of the flow's Dask workers (this machine's without a Dask runner)."""
-        return self._ask(worker_machines, {hardware()}) if self.on_cluster else {hardware()}
+    def measurers(self) -> set[Measurer]:
+        """What the records will name: the flow's Dask workers, or this process."""
+        if not self.on_cluster:
+            return {measurer(self.spec)}
+        return worker_measurers(self._client(), self.spec)
 
     @staticmethod
-    def _ask(question, otherwise):
-        """`question(client)` of the flow's Dask cluster; `otherwise` without a Dask runner."""
-        from prefect_dask import get_dask_client
+    def _client():
+        """The Dask client of the running flow's task runner (started here if no task has
+        been submitted yet)."""
+        from prefect.context import FlowRunContext
+        from prefect_dask import DaskTaskRunner
 
-        try:
-            with get_dask_client() as client:
-                return question(client)
-        except (AttributeError, RuntimeError, ValueError):  # not a Dask task runner
-            return otherwise
+        context = FlowRunContext.get()
+        runner = context.task_runner if context is not None else None
+        if not isinstance(runner, DaskTaskRunner):
+            raise DreamshardError(
+                "measuring on a cluster needs the flow run on Prefect's Dask task runner: run "
+                "it through flows.common.on_cluster (or python -m flows.pipeline --cluster)"
+            )
+        return runner.client
 
 
 def task_runner(cluster: str):

@@ -24,7 +24,7 @@ from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, Simulated
 from dreamshard.costs.tbe import TimingConfig
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.learn.costnet_data import load_examples, measured_rows
-from dreamshard.learn.train import fitted_machines, most_measured_machine
+from dreamshard.learn.train import fitted_measurements, most_measured_machine
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import shard_view
 from dreamshard.tables.sources import table_to_dict
@@ -213,9 +213,9 @@ def test_measurements_of_two_machines_coexist_and_each_fits_its_own(suite, tmp_p
     assert (first.measured, again.measured, again.skipped) == (1, 0, 1)
     assert dataset.machines("fbgemm") == {ANOTHER_GPU: 1, hardware(): 1}
     told = []
-    machines = fitted_machines(backend.config(), None, dataset, told.append)
+    config, machines = fitted_measurements(backend, None, dataset, told.append)
     assert machines == {hardware()} and ANOTHER_GPU in told[0]
-    fitted = measured_rows(dataset, backend.config(), machines=machines)
+    fitted = measured_rows(dataset, config, machines=machines)
     assert [r["hardware"] for r in fitted] == [hardware()]
     # a network fitted on the file alone learns the machine that measured most of it
     other = list(collection_jobs(suite, 2))[1]
@@ -227,7 +227,7 @@ def test_measurements_of_two_machines_coexist_and_each_fits_its_own(suite, tmp_p
     assert most_measured_machine(backend.config(), dataset, told.append) == {ANOTHER_GPU}
     assert "2 measurements made on " + ANOTHER_GPU in told[-1]
     # the simulated backend's costs are the same on every machine: one key, every record fits
-    assert fitted_machines(SimulatedBackend().config(), None, dataset, told.append) == set()
+    assert fitted_measurements(SimulatedBackend(), None, dataset, told.append)[1] == set()
 
 
 def test_an_older_file_is_rekeyed_on_open_and_a_rerun_measures_nothing(suite, tmp_path):

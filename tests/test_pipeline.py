@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dreamshard.errors import DreamshardError
 from tests.conftest import SCRIPT, TINY_PIPELINE, generated_tables, place_command, run_cli
 
 
@@ -204,15 +205,24 @@ def test_an_evaluation_in_a_flow_measures_a_task_a_job_on_dask_workers(harness, 
     backend = make_backend("simulated")
 
     @flow
-    def rounds_on_workers(dataset: str) -> tuple[list, int]:
+    def rounds_on_workers(dataset: str) -> tuple[list, int, int]:
         fanout = TaskFanout(BackendSpec("simulated"), on_cluster=True)
+        # the runner's workers, asked before any task is submitted (what is stored is keyed by)
+        seen = len(fanout._client().scheduler_info(n_workers=-1)["workers"])
         store = CostDataset(dataset)
         evaluation = evaluate(tasks, planners, backend, store, 2, "t", fanout=fanout)
-        return evaluation.costs.tolist(), len(fanout.workers)
+        return evaluation.costs.tolist(), len(fanout.workers), seen
 
-    costs, workers = on_cluster(rounds_on_workers, "local:2")(str(tmp_path / "costs.sqlite"))
+    costs, workers, seen = on_cluster(rounds_on_workers, "local:2")(str(tmp_path / "c.sqlite"))
     here = evaluate(tasks, planners, backend, rounds=2)
-    assert costs == here.costs.tolist() and workers == 2
+    assert costs == here.costs.tolist() and workers == seen == 2
+
+    @flow
+    def not_on_dask() -> None:
+        TaskFanout(BackendSpec("simulated"), on_cluster=True).measurers()
+
+    with pytest.raises(DreamshardError, match="run it through flows.common.on_cluster"):
+        not_on_dask()
 
 
 def test_a_killed_collection_resumes_without_duplicates(harness, tmp_path):

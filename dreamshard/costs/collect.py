@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
-from dreamshard.costs.fanout import Fanout, Measured, measuring_machines
+from dreamshard.costs.fanout import Fanout, Measured, measuring_setups
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -177,17 +177,17 @@ def collect(
     does not shut other measurements out for hours; each one is still alone on the host.
     With `fanout` the jobs go to its Dask cluster (`costs.fanout.Fanout.measure`: each worker
     measures under its own host's lock and returns the record) and this process alone writes
-    them, as they come back. A job counts as stored when it was measured on a machine that
-    measures here (this one, or one of the cluster's workers); one stored from another machine
-    only (a merged file) is measured again, and the two records coexist.
+    them, as they come back. A job counts as stored when it was measured by a measurer of
+    this run (this machine, or one of the cluster's workers, with the backend settings it
+    measures with); one stored from another machine only (a merged file) is measured again,
+    and the two records coexist.
     """
     config = backend.config()
-    # a cluster with no worker yet names no machine: nothing counts as stored
-    machines = sorted(measuring_machines(fanout)) or [""]
+    setups = measuring_setups(fanout, backend) or [("", config)]
     summary = CollectSummary()
     todo: dict[str, Job] = {}  # two planners may propose the same placement: measure it once
     for job in jobs:
-        keys = [measurement_key(job.task, job.placement, config, job.round, m) for m in machines]
+        keys = [measurement_key(job.task, job.placement, c, job.round, m) for m, c in setups]
         if any(dataset.has(key) for key in keys):
             summary.skipped += 1
         else:

@@ -244,13 +244,22 @@ class CostDataset:
 
     def merge_from(self, source: str | Path) -> int:
         """Copy every measurement of another cost dataset that this one does not hold (by key),
-        in one transaction, in the source's order; returns how many were added."""
+        in one transaction, in the source's order; returns how many were added. An older source
+        is re-keyed in place first (as any open does)."""
         source = Path(source)
         if not source.is_file():
             raise DreamshardError(f"no cost dataset at {source}")
         if source.resolve() == self.path.resolve():
             raise DreamshardError(f"{source} is the dataset being merged into")
-        CostDataset(source).close()  # a readable dataset, with today's columns
+        opened = CostDataset(source)  # a readable dataset, with today's columns and keys
+        try:
+            if opened._db.execute("PRAGMA user_version").fetchone()[0] < KEY_VERSION:
+                raise DreamshardError(
+                    f"{source} holds keys of an older form and could not be re-keyed (is it "
+                    "read-only?); copy it somewhere writable and merge the copy"
+                )
+        finally:
+            opened.close()
         columns = ", ".join(
             row[1] for row in self._db.execute("PRAGMA table_info(measurements)") if row[1] != "id"
         )

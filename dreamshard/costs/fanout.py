@@ -17,6 +17,7 @@ imported only when a cluster is asked for.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -100,19 +101,33 @@ class Fanout:
     def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
         return measure_sequences(sequences, self.spec, self.client)
 
-    def machines(self) -> set[str]:
-        """The hardware of the cluster's workers now (what their records will name)."""
-        return worker_machines(self.client)
+    def measurers(self) -> set[Measurer]:
+        """What the cluster's workers' records will name (`Measurer`), now."""
+        return worker_measurers(self.client, self.spec)
 
 
-def measuring_machines(fanout: Fanout | None) -> set[str]:
-    """The machines that measure with `fanout`: its workers', or this one (None)."""
-    return fanout.machines() if fanout is not None else {hardware()}
+# what a record's key names of where it was measured: (the machine's hardware, the backend's
+# settings there as sorted JSON; a GPU worker's differ from a CPU coordinator's)
+Measurer = tuple[str, str]
 
 
-def worker_machines(client) -> set[str]:
-    """The `hardware()` of every worker the Dask `client` is connected to."""
-    return set(client.run(hardware).values())
+def measurer(spec: BackendSpec) -> Measurer:
+    """This process as a measurer with the backend `spec` makes here."""
+    return hardware(), json.dumps(spec.make().config(), sort_keys=True)
+
+
+def worker_measurers(client, spec: BackendSpec) -> set[Measurer]:
+    """Every worker of the Dask `client`'s cluster as a measurer."""
+    return set(client.run(measurer, spec).values())
+
+
+def measuring_setups(fanout, backend: CostBackend) -> list[tuple[str, dict]]:
+    """(machine, backend settings) of each kind of measurer that measures with `fanout` (its
+    workers') or, without one, of this process with `backend`; a cluster with no worker yet
+    names none, so nothing counts as stored."""
+    if fanout is None:
+        return [(hardware(), backend.config())]
+    return [(machine, json.loads(config)) for machine, config in sorted(fanout.measurers())]
 
 
 def measure_one(key: str, job, spec: BackendSpec) -> Measured:
@@ -137,10 +152,12 @@ def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=N
         for key, job in jobs:
             yield measure_one(key, job, spec)
         return
+    jobs = list(jobs)
     declared = worker_resources(client)
+    asks = [asked(spec, job, declared) for _, job in jobs]  # all checked before any is sent
     calls = [
-        client.submit(measure_one, key, job, spec, pure=False, resources=asked(spec, job, declared))
-        for key, job in jobs
+        client.submit(measure_one, key, job, spec, pure=False, resources=resources)
+        for (key, job), resources in zip(jobs, asks, strict=True)
     ]
     for _, measured in _completed(calls):
         yield measured
@@ -163,11 +180,10 @@ def measure_sequences(
             yield n, measure_sequence(keyed, spec)
         return
     declared = worker_resources(client)
+    asks = [asked(spec, keyed[0][1], declared) for _, keyed in todo]
     calls = [
-        client.submit(
-            measure_sequence, keyed, spec, pure=False, resources=asked(spec, keyed[0][1], declared)
-        )
-        for _, keyed in todo
+        client.submit(measure_sequence, keyed, spec, pure=False, resources=resources)
+        for (_, keyed), resources in zip(todo, asks, strict=True)
     ]
     for position, measured in _completed(calls):
         yield todo[position][0], measured

@@ -24,7 +24,7 @@ import numpy as np
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.collect import Job, measure_and_store, store_measured
 from dreamshard.costs.dataset import CostDataset, measurement_key
-from dreamshard.costs.fanout import measuring_machines
+from dreamshard.costs.fanout import measuring_setups
 from dreamshard.costs.types import COST_TERMS, CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.results import Evaluation
@@ -183,11 +183,14 @@ def rounds_by_task(
 ) -> list[list[PlacementCost]]:
     """The costs [round][item] with each task's interleaved rounds measured as one job on one
     worker of `fanout` (its items round after round, each round in a fresh order), so that a
-    task's paired ratios are never split between two machines. With a dataset, what it holds
-    from a machine that measures here is read, not measured, and what comes back is stored
-    here; a measurement that failed is stored as an error and stops the evaluation."""
-    config = backend.config()
-    machines = sorted(measuring_machines(fanout)) or [""]
+    task's paired ratios are never split between two machines.
+
+    With a dataset, a task's stored costs are read instead of measured when they all come from
+    one machine and the rest (if any) can only be measured there (every measurer is that
+    machine); otherwise the whole task is measured again on one worker. What comes back is
+    stored here as it comes back; a measurement that failed is stored as an error and, once
+    everything else is stored, stops the evaluation."""
+    setups = measuring_setups(fanout, backend) or [("", backend.config())]
     rng = np.random.default_rng(seed)
     costs: list[list] = [[None] * len(items) for _ in range(rounds)]
     members: dict[int, list[int]] = {}  # a task's items, by the task's identity
@@ -195,23 +198,37 @@ def rounds_by_task(
         members.setdefault(id(task), []).append(i)
     sequences, slots = [], []
     for mine in members.values():
-        keyed, where = [], []
-        for r in range(rounds):
-            for i in rng.permutation(mine):
-                task, placement = items[i]
-                job = Job(task, placement, EVAL_ROUND_BASE + r)
-                keys = [measurement_key(task, placement, config, job.round, m) for m in machines]
-                stored = [dataset.stored_cost(k) for k in keys] if dataset is not None else []
-                costs[r][i] = next((c for c in stored if c is not None), None)
-                if costs[r][i] is None:
-                    keyed.append((keys[0], job))
-                    where.append((r, i))
-        sequences.append(keyed)
-        slots.append(where)
+        order = [(r, i) for r in range(rounds) for i in rng.permutation(mine)]
+        keyed, stored, machines = [], {}, set()
+        for r, i in order:
+            task, placement = items[i]
+            job = Job(task, placement, EVAL_ROUND_BASE + r)
+            keys = [measurement_key(task, placement, c, job.round, m) for m, c in setups]
+            keyed.append((keys[0], job))
+            for key, (machine, _) in zip(keys, setups, strict=True):
+                cost = dataset.stored_cost(key) if dataset is not None else None
+                if cost is not None:
+                    stored[(r, i)] = cost
+                    machines.add(machine)
+                    break
+        missing = len(stored) < len(order)
+        one_machine = len(machines) <= 1 and (
+            not missing or not machines or {m for m, _ in setups} == machines
+        )
+        if not one_machine:
+            stored = {}  # measured again, all of it, on one worker
+        for (r, i), cost in stored.items():
+            costs[r][i] = cost
+        todo = [(spot, job) for spot, job in zip(order, keyed, strict=True) if spot not in stored]
+        sequences.append([job for _, job in todo])
+        slots.append([spot for spot, _ in todo])
     progress = Progress(sum(map(len, sequences)), f"evaluating on {backend.name}, a task a job")
+    done = [0] * len(sequences)  # records back so far, per sequence (they come back in order)
     failed = []
     for n, measured in fanout.measure_sequences(sequences):
-        for (r, i), record in zip(slots[n], measured, strict=True):
+        for record in measured:
+            r, i = slots[n][done[n]]
+            done[n] += 1
             if dataset is not None:
                 store_measured(record, dataset, suite_name)
             costs[r][i] = record.cost

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -20,8 +21,9 @@ import torch
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, key_machine
-from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for, measuring_machines
+from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for, measuring_setups
 from dreamshard.costs.simulated import SimulatedModel
+from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.costnet_data import Example, load_examples
@@ -292,33 +294,43 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
         return _train(config, log, on_iteration, fanout)
 
 
-def fitted_machines(config: dict, fanout: Fanout | None, dataset: CostDataset, log) -> set[str]:
-    """The machines whose measurements the run fits on: those that measure it (this one, or
-    the cluster's workers), so that a dataset merged from two GPU types fits a network for the
-    one that measures; every machine (the empty set) for a backend no machine changes."""
-    if not key_machine(config, "any"):
-        return set()
-    machines = measuring_machines(fanout)
+def fitted_measurements(
+    backend: CostBackend, fanout: Fanout | None, dataset: CostDataset, log
+) -> tuple[dict, set[str]]:
+    """The backend settings and machines whose measurements the run fits on: those of what
+    measures it (this process, or the cluster's workers: a GPU worker's settings are not a CPU
+    coordinator's), so that a dataset merged from two GPU types fits a network for the one
+    that measures; every machine (the empty set) for a backend no machine changes. Workers
+    with two kinds of settings are an error: a network learns one."""
+    setups = measuring_setups(fanout, backend)
+    kinds = {json.dumps(c, sort_keys=True) for _, c in setups}
+    if len(kinds) > 1:
+        raise DreamshardError(
+            f"the cluster's workers measure with {len(kinds)} kinds of backend settings "
+            f"({'; '.join(sorted(kinds))}); train with workers of one kind"
+        )
+    config = setups[0][1] if setups else backend.config()
+    machines = {m for m, _ in setups} if key_machine(config, "any") else set()
     others = {m: n for m, n in dataset.machines(config["backend"]).items() if m not in machines}
-    if others:
+    if machines and others:
         log(
             f"fitting on measurements made on {', '.join(sorted(machines))}; the dataset's "
             f"{sum(others.values())} made on {', '.join(sorted(others))} are left out"
         )
-    return machines
+    return config, machines
 
 
 def most_measured_machine(config: dict, dataset: CostDataset, log) -> set[str]:
     """The machine a network fitted on the dataset alone learns: the one that made most of the
-    backend's measurements (said when others are left out); every machine (the empty set) for
-    a backend no machine changes."""
-    counts = dataset.machines(config["backend"])
+    measurements it may be fitted on (with the backend settings `config`; said when others are
+    left out); every machine (the empty set) for a backend no machine changes."""
+    counts = Counter(r["hardware"] or "" for r in measured_rows(dataset, config, fitting=True))
     if not key_machine(config, "any") or len(counts) < 2:
         return set()
     machine = max(counts, key=lambda m: (counts[m], m))
     log(
         f"fitting on the {counts[machine]} measurements made on {machine}; "
-        f"{sum(counts.values()) - counts[machine]} made on other machines are left out"
+        f"{counts.total() - counts[machine]} made on other machines are left out"
     )
     return {machine}
 
@@ -331,7 +343,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
     tasks = suite.train_tasks
     backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
     dataset = CostDataset(dataset_path(config))
-    machines = fitted_machines(backend.config(), fanout, dataset, log)
+    fitted, machines = fitted_measurements(backend, fanout, dataset, log)
     checkpoint = out / "checkpoint.pt"
     if checkpoint.exists():
         state = load_checkpoint(checkpoint, config, backend)
@@ -350,11 +362,11 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         jobs += collection_jobs(suite, config.warm_start_split, "split")
         collect(jobs, backend, dataset, spec.name, fanout)
     if not state.iteration and wants_prior(config):
-        rows = measured_rows(dataset, backend.config(), fitting=True, machines=machines)
+        rows = measured_rows(dataset, fitted, fitting=True, machines=machines)
         state.prior = pretrain_costnet(state, config, suite, rows, log)
     replay = None
     if wants_rehearsal(config):  # made again on a resume: the same seed, the same examples
-        rows = measured_rows(dataset, backend.config(), fitting=True, machines=machines)
+        rows = measured_rows(dataset, fitted, fitting=True, machines=machines)
         topology = state.costnet.comm["topology"] if state.costnet.comm else "cpu-gloo"
         replay = rehearsal_examples(config, rows, topology)
         log(f"rehearsal: {len(replay)} placements of the pre-training family replayed")
@@ -365,7 +377,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         start = time.monotonic()
         summary = collect(sample_jobs(state, config, tasks), backend, dataset, spec.name, fanout)
         examples: list[Example] = load_examples(
-            dataset, backend.config(), config.labels, fitting=True, machines=machines
+            dataset, fitted, config.labels, fitting=True, machines=machines
         )
         losses = fit_costnet(state, config, examples, replay)
         rewards = train_policy(state, config, tasks)
@@ -397,7 +409,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         state.policy,
         {
             "suite": config.suite,
-            "backend": backend.config(),
+            "backend": fitted,
             "config": asdict(config),
             "history": state.history,
             "prior": state.prior,
