@@ -13,7 +13,13 @@ import pytest
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
-from dreamshard.costs.fanout import BackendSpec, Fanout, dask_client, measure_many
+from dreamshard.costs.fanout import (
+    CONNECT_ENV,
+    BackendSpec,
+    Fanout,
+    dask_client,
+    measure_many,
+)
 from dreamshard.costs.host_lock import LOCK_ENV
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import evaluate
@@ -122,7 +128,10 @@ def test_fbgemm_workers_on_one_host_never_measure_at_once(tmp_path, monkeypatch)
         assert start >= end  # the host lock: one measurement at a time
 
 
-def test_a_scheduler_that_cannot_be_reached_is_one_line_and_writes_nothing(cli, tmp_path):
+def test_a_scheduler_that_cannot_be_reached_is_one_line_and_writes_nothing(
+    cli, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(CONNECT_ENV, "2")  # not the 10 s a user waits by default
     dataset = tmp_path / "costs.sqlite"
     what = ["--suite", "cpu-10x2", "--placements", "3", "--backend", "simulated"]
     result = cli("collect", *what, "--dataset", str(dataset), "--cluster", "tcp://127.0.0.1:9")

@@ -34,7 +34,8 @@ from dreamshard.errors import DreamshardError
 
 ADDRESS_ENV = "DREAMSHARD_DASK_ADDRESS"
 LOCAL = "local"  # an embedded LocalCluster; "local:N" for N workers
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 10  # how long to wait for a scheduler; $DREAMSHARD_DASK_CONNECT_S to change
+CONNECT_ENV = "DREAMSHARD_DASK_CONNECT_S"
 # Dask worker resources a measurement occupies (`dask worker --resources "GPU=8,host=1"`;
 # dask-cuda-worker declares none by itself: pass --resources there too)
 GPU = "GPU"  # one per device of a placement run under torchrun or DMP
@@ -259,7 +260,7 @@ def dask_client(address: str) -> Iterator:
             cluster.close()
         return
     try:
-        client = Client(address, timeout=CONNECT_TIMEOUT_S)
+        client = Client(address, timeout=connect_seconds())
     except (OSError, TimeoutError, ValueError) as exc:
         raise DreamshardError(
             f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}); start one "
@@ -279,6 +280,18 @@ def fanout_for(cluster: str, spec: BackendSpec) -> Iterator[Fanout | None]:
         return
     with dask_client(address) as client:
         yield Fanout(client, spec)
+
+
+def connect_seconds() -> float:
+    """How long to wait for a scheduler to answer: $DREAMSHARD_DASK_CONNECT_S, else 10 s."""
+    given = os.environ.get(CONNECT_ENV) or str(CONNECT_TIMEOUT_S)
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise DreamshardError(f"{CONNECT_ENV}={given}: say how many seconds, above 0")
+    return seconds
 
 
 def is_local(address: str) -> bool:
