@@ -73,6 +73,14 @@ def test_a_rerun_takes_the_rows_stored_under_its_settings_only(tmp_path):
     assert again.stored(cell)["plans"] == row["plans"]
     assert again.stored(("dlrm-428", 1, 16, "loose")) is None
     assert StudyRows(path, {"model": "b", "torchrec_seconds": 20.0}).stored(cell) is None
+    # two sittings on one file at once: neither loses the other's rows, a task is kept once
+    other = StudyRows(path, {"model": "a", "torchrec_seconds": 20.0})
+    second = {**row, "seed": 1}
+    other.add(second)
+    first.add({**row, "seed": 2})
+    first.add(second)
+    assert [r["seed"] for r in StudyRows(path, first.settings).all] == [0, 1, 2]
+    assert other.stored(("dlrm-428", 2, 16, "loose")) is not None
     path.write_text("{not json")
     with pytest.raises(DreamshardError, match="not a study's rows file"):
         StudyRows(path, {"model": "a"})

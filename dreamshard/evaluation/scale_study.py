@@ -18,6 +18,7 @@ name them.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
 import time
@@ -146,28 +147,50 @@ class StudyRows:
     too long for one sitting goes on where it stopped: a rerun with the same `settings` (the
     model's fingerprint, the time limits) takes the tasks stored and plans only the rest. Rows
     made under other settings are kept in the file but never used. The file is rewritten
-    whole, atomically, after each task: a crash loses at most the task in hand."""
+    whole, atomically, after each task: a crash loses at most the task in hand.
+
+    Two sittings may share one file at once (say one per core, on different table sets): each
+    reads the file again before it looks a task up, and adds its row under a lock to what the
+    file holds then, so neither loses the other's rows; a task both planned is kept once."""
 
     def __init__(self, path: str | Path, settings: dict):
         self.path = Path(path)
         self.settings = settings
         self.all: list[dict] = []
-        if self.path.exists():
-            try:
-                self.all = json.loads(self.path.read_text())["rows"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DreamshardError(
-                    f"{self.path} is not a study's rows file ({exc}); move it away or pass "
-                    "another --rows"
-                ) from None
+        self._seen = None  # (mtime, size) of the file as last read
+        self._load()
+
+    def _load(self) -> None:
+        """Read the file again when it changed since it was last read."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return
+        if self._seen == (stat.st_mtime_ns, stat.st_size):
+            return
+        try:
+            self.all = json.loads(self.path.read_text())["rows"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DreamshardError(
+                f"{self.path} is not a study's rows file ({exc}); move it away or pass "
+                "another --rows"
+            ) from None
+        self._seen = (stat.st_mtime_ns, stat.st_size)
 
     def stored(self, key: tuple) -> dict | None:
         """The row of `key` made under these settings, or None."""
+        self._load()
         for row in self.all:
             if row["settings"] == self.settings and row_key(row) == key:
                 return row
         return None
 
     def add(self, row: dict) -> None:
-        self.all.append({**row, "settings": self.settings})
-        write_text_atomic(self.path, json.dumps({"rows": self.all}, indent=1, default=str) + "\n")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._load()
+            if self.stored(row_key(row)) is None:
+                self.all.append({**row, "settings": self.settings})
+                text = json.dumps({"rows": self.all}, indent=1, default=str) + "\n"
+                write_text_atomic(self.path, text)
