@@ -10,6 +10,7 @@ from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
+from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
 from dreamshard.learn.pretrain import (
     host_factor,
     measured_rows,
@@ -136,3 +137,22 @@ def test_a_hybrid_network_starts_as_the_analytic_model_at_this_hosts_scale(tmp_p
 def test_a_hybrid_network_is_refused_on_the_simulated_backend():
     with pytest.raises(DreamshardError, match="use --costnet-encoder exp"):
         fresh_state(TrainConfig(backend="simulated", costnet_encoder="hybrid"))
+
+
+def test_the_replayed_share_of_each_batch_pulls_the_fit_towards_the_replay():
+    """Rehearsal: fitted on placements labelled at this host's speed while replaying the same
+    placements labelled three times slower, a network fits the measurements worse the larger
+    the replayed share of each batch."""
+    suite = make_suite(parse_suite_name("cpu-12x3", num_train_tasks=4))
+    simulated = SimulatedBackend()
+    measured = prior_examples(suite, 16, simulated, 1.0)
+    replay = prior_examples(suite, 16, simulated, 3.0)
+    errors = {}
+    for share in (0.1, 0.9):
+        config = TrainConfig(
+            init_model="none", costnet_steps=80, iterations=1, rehearsal_share=share, seed=3
+        )
+        state = fresh_state(config, simulated)
+        fit_costnet(state, config, measured, replay)
+        errors[share] = costnet_errors(state.costnet, measured)["overall_mape"]
+    assert errors[0.9] > 1.5 * errors[0.1]

@@ -126,6 +126,10 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "the forward and backward each by the reference's own); measurements without one are "
         "left out",
     },
+    "rehearsal_share": {
+        "type": share,
+        "help": "with --rehearsal, the share of every cost-network batch that is replayed",
+    },
     "learning_rate": {"type": positive(float), "help": "Adam, decaying linearly"},
     "entropy_weight": {"type": float},
     "warm_start_devices": {

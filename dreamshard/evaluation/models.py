@@ -53,7 +53,8 @@ def training_note(config: TrainConfig) -> str:
             else ""
         )
         + (
-            f", {config.rehearsal} tasks of the pre-training family rehearsed"
+            f", {config.rehearsal} tasks of the pre-training family rehearsed "
+            f"({config.rehearsal_share:.0%} of each batch)"
             if wants_rehearsal(config)
             else ""
         )

@@ -74,8 +74,8 @@ def fit_costnet(
     state, config, examples: list[Example], replay: list[Example] | None = None
 ) -> list[float]:
     """`config.costnet_steps` Adam steps on random batches; the lr decays over the whole run.
-    With `replay` (rehearsal: what the network was pre-trained on), half of every batch comes
-    from it.
+    With `replay` (rehearsal: what the network was pre-trained on), `config.rehearsal_share`
+    of every batch comes from it.
 
     The first fit fixes the network's target scale (the median overall cost seen), so later
     iterations keep refining the same function.
@@ -96,10 +96,11 @@ def fit_costnet(
             base = group.get("base_lr", config.learning_rate)  # a group's own, if it has one
             group["lr"] = base * max(0.0, 1.0 - global_step / total)
         size = min(config.costnet_batch, len(examples))
-        picks = state.rng.integers(len(examples), size=size - size // 2 if replay else size)
+        replayed = round(size * config.rehearsal_share) if replay else 0
+        picks = state.rng.integers(len(examples), size=size - replayed)
         batch_examples = [examples[i] for i in picks]
-        if replay:
-            batch_examples += [replay[i] for i in state.rng.integers(len(replay), size=size // 2)]
+        if replayed:
+            batch_examples += [replay[i] for i in state.rng.integers(len(replay), size=replayed)]
         batch = example_batch(costnet, batch_examples)
         device_target, overall_target = _targets(batch_examples)
         device_pred, overall_pred = costnet(batch)

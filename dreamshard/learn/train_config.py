@@ -56,6 +56,8 @@ class TrainConfig:
     # 200 with the pre-training loss kept the shipped network's wins on tables unlike the
     # suite's but lost 7% on the suite's own at the main job's 3 iterations: docs/learning.md)
     rehearsal: int = 0
+    # the share of every batch those replayed tasks make (the rest: the measurements)
+    rehearsal_share: float = 0.5
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False
