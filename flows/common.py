@@ -170,7 +170,9 @@ class TaskFanout:
         for (n, keyed), state in zip(todo, self._states(calls), strict=True):
             if not state.is_completed():
                 self.failed += 1
-                stopped = stopped or self._stopped(keyed, f"its rounds ({state.message or state.name})")
+                stopped = stopped or self._stopped(
+                    keyed, f"its rounds ({state.message or state.name})"
+                )
                 continue
             measured = state.result()
             self.workers.update(m.worker for m in measured)
