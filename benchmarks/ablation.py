@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from dreamshard.cli.args import positive
+from dreamshard.cli.train import FINE_TUNING, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.ablation import (
@@ -90,6 +91,7 @@ def main() -> None:
         "--rounds", type=positive(int), default=5, help="interleaved rounds (fbgemm only)"
     )
     parser.add_argument("--model", help="trained model (default: trained by this run)")
+    training_options(parser, FINE_TUNING)  # how the model trained here fits its cost network
     parser.add_argument(
         "--rerender",
         action="store_true",
@@ -101,10 +103,15 @@ def main() -> None:
     if args.rerender and args.backend != "fbgemm":
         parser.error("--rerender re-renders a --backend fbgemm run only")
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    fitting = {name: getattr(args, name) for name in FINE_TUNING}
     if args.backend == "fbgemm":  # the learned rows on a network fine-tuned on this host
-        config = TrainConfig(suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0)
+        config = TrainConfig(
+            suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0, **fitting
+        )
     else:
-        config = TrainConfig(suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0)
+        config = TrainConfig(
+            suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0, **fitting
+        )
     if args.rerender:  # no training: the run's own model
         model = resolve_model(args.model or str(Path(config.out) / "model.pt"))
         note = ""

@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from planners_report import REFINED, SPLIT_AUTO, render
 
+from dreamshard.cli.train import FINE_TUNING, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
@@ -108,6 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="backend to train on when --model is absent",
     )
     parser.add_argument("--train-iterations", type=int, default=TrainConfig.iterations)
+    training_options(parser, FINE_TUNING)  # how the model trained here fits its cost network
     parser.add_argument("--rnn", help="a trained RNN placer (default: train one here)")
     parser.add_argument(
         "--rnn-updates",
@@ -182,7 +184,11 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         )
     log(f"no --model: training one on cpu-50x4 with the {args.train_backend} backend in {out}")
     config = TrainConfig(
-        suite="cpu-50x4", backend=args.train_backend, out=str(out), iterations=args.train_iterations
+        suite="cpu-50x4",
+        backend=args.train_backend,
+        out=str(out),
+        iterations=args.train_iterations,
+        **{name: getattr(args, name) for name in FINE_TUNING},
     )
     return train_for_run(config, log, fresh=False)
 

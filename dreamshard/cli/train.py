@@ -86,10 +86,14 @@ COUNTS = (
     (
         "rehearsal",
         "on real hardware, from the shipped network: tasks of its pre-training family replayed "
-        "beside the measurements, half of every batch, so it keeps what it knew (0: none)",
+        "beside the measurements (--rehearsal-share of every batch), so it keeps what it knew "
+        "(0: none)",
     ),
     ("train_tasks", "training tasks of the suite"),
 )
+# the options of how a run fine-tunes its cost network, which the benchmarks that train a
+# model also take
+FINE_TUNING = ("rehearsal", "rehearsal_share", "costnet_loss")
 MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split", "rehearsal")
 TRAIN_OPTIONS: dict[str, dict] = {
     "suite": {"help": "suite"},

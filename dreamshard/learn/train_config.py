@@ -52,9 +52,10 @@ class TrainConfig:
     pretrain_steps: int = 3000
     # fine-tuning the shipped network on real hardware: this many tasks of its pre-training
     # family (learn/pretrain_data.py, 8 placements each, labelled by their own drawn models)
-    # replayed beside the measurements, half of every batch, so it keeps what it knew (0: none;
-    # 200 with the pre-training loss kept the shipped network's wins on tables unlike the
-    # suite's but lost 7% on the suite's own at the main job's 3 iterations: docs/learning.md)
+    # replayed beside the measurements (rehearsal_share of every batch), so it keeps what it
+    # knew (0: none; 200, half of each batch, with the pre-training loss kept the shipped
+    # network's wins on tables unlike the suite's but lost 7% on the suite's own at the main
+    # job's 3 iterations: docs/learning.md)
     rehearsal: int = 0
     # the share of every batch those replayed tasks make (the rest: the measurements)
     rehearsal_share: float = 0.5
