@@ -43,6 +43,7 @@ COLUMNS = """
 ADDED_COLUMNS = {"info": "TEXT"}
 # The keys' form (SQLite's user_version): 1 added the machine; an older file is re-keyed on open.
 KEY_VERSION = 1
+OPEN_RETRY_S = 60  # how long opening a file other processes are opening too is tried
 # backends whose costs are the same on every machine: their keys name none
 MACHINE_FREE = ("simulated",)
 
@@ -126,14 +127,29 @@ class CostDataset:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS measurements ({COLUMNS})")
-            self._add_columns()
             self._db.row_factory = sqlite3.Row
-            self._rekey()
+            self._set_up()
         except sqlite3.DatabaseError as exc:
             raise DreamshardError(f"cannot open cost dataset {self.path}: {exc}") from None
+
+    def _set_up(self) -> None:
+        """WAL, the table, today's columns and keys. Two processes opening one new file at once
+        can meet in SQLite's lock upgrade (one switching the journal to WAL while the other
+        starts a write), which SQLite answers "locked" at once rather than wait; every step is
+        idempotent, so it is tried again for up to OPEN_RETRY_S."""
+        deadline = time.monotonic() + OPEN_RETRY_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL").fetchall()
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute(f"CREATE TABLE IF NOT EXISTS measurements ({COLUMNS})")
+                self._add_columns()
+                self._rekey()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _add_columns(self) -> None:
         have = {row[1] for row in self._db.execute("PRAGMA table_info(measurements)")}
@@ -150,7 +166,7 @@ class CostDataset:
         """Bring an older file's keys to KEY_VERSION, in one transaction: each record whose key
         is the old form of its own identity gets the new one, naming the machine it records
         (an error record keeps its suffix); any other key is left as it is."""
-        if self._db.execute("PRAGMA user_version").fetchone()[0] >= KEY_VERSION:
+        if self._key_version() >= KEY_VERSION:
             return
         try:
             self._db.execute("BEGIN IMMEDIATE")
@@ -159,7 +175,7 @@ class CostDataset:
                 return
             raise
         try:
-            if self._db.execute("PRAGMA user_version").fetchone()[0] < KEY_VERSION:
+            if self._key_version() < KEY_VERSION:
                 for row in self._db.execute("SELECT * FROM measurements").fetchall():
                     base, _, suffix = row["key"].partition(":")
                     identity = _row_identity(row)
@@ -175,6 +191,9 @@ class CostDataset:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+
+    def _key_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchall()[0][0]
 
     def close(self) -> None:
         self._db.close()
@@ -253,7 +272,7 @@ class CostDataset:
             raise DreamshardError(f"{source} is the dataset being merged into")
         opened = CostDataset(source)  # a readable dataset, with today's columns and keys
         try:
-            if opened._db.execute("PRAGMA user_version").fetchone()[0] < KEY_VERSION:
+            if opened._key_version() < KEY_VERSION:
                 raise DreamshardError(
                     f"{source} holds keys of an older form and could not be re-keyed (is it "
                     "read-only?); copy it somewhere writable and merge the copy"
