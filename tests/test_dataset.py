@@ -15,6 +15,7 @@ from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import (
     CostDataset,
     hardware,
+    measurement_identity,
     measurement_key,
     record_costs,
     record_task,
@@ -26,8 +27,6 @@ from dreamshard.costs.types import COST_TERMS
 from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.learn.train import fitted_measurements, most_measured_machine
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.placement.tasks import shard_view
-from dreamshard.tables.sources import table_to_dict
 from tests.conftest import SCRIPT, error_line
 
 FAST = TimingConfig(warmup=1, iterations=2)
@@ -253,15 +252,6 @@ def test_an_older_file_is_rekeyed_on_open_and_a_rerun_measures_nothing(suite, tm
 
 
 def old_form_key(task, placement, config: dict, round_: int) -> str:
-    """A key as files before KEY_VERSION 1 made it: without the machine."""
-    task, placement = shard_view(task, placement)
-    identity = {
-        "tables": [table_to_dict(t) for t in task.tables],
-        "num_devices": task.num_devices,
-        "memory_cap_bytes": task.memory_cap_bytes,
-        "precision": task.precision,
-        "placement": list(placement.devices),
-        "config": config,
-        "round": round_,
-    }
+    """A key as files before KEY_VERSION 1 made it: the identity's hash, without the machine."""
+    identity = measurement_identity(task, placement, config, round_)
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()

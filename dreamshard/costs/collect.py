@@ -217,13 +217,11 @@ def _store_measured(
         summary.skipped += 1
         progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
         return
-    cost = measured.cost
-    if cost is None:
+    if measured.cost is None:
         summary.errors += 1
     else:
         summary.measured += 1
-    outcome = f"error: {measured.error}" if cost is None else f"{cost.overall:.2f} ms"
-    progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({measured.worker})")
+    progress.step(measured.told())
 
 
 def store_measured(measured: Measured, dataset: CostDataset, suite_name: str) -> bool:

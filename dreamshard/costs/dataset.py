@@ -51,10 +51,20 @@ MACHINE_FREE = ("simulated",)
 def measurement_key(
     task: PlacementTask, placement: Placement, config: dict, round_: int, machine: str
 ) -> str:
-    """The identity of one measurement: what was measured, with which backend settings, which
-    round, and on which `machine` (its `hardware()`; ignored for a backend in MACHINE_FREE)."""
+    """The key of one measurement: what was measured, with which backend settings, which
+    round (`measurement_identity`), and on which `machine` (its `hardware()`; ignored for a
+    backend in MACHINE_FREE)."""
+    identity = measurement_identity(task, placement, config, round_)
+    return _key(identity, key_machine(config, machine))
+
+
+def measurement_identity(
+    task: PlacementTask, placement: Placement, config: dict, round_: int
+) -> dict:
+    """What one measurement measured, as its record stores it (a split placement table-wise,
+    over its shards), with which backend settings and which round."""
     task, placement = shard_view(task, placement)
-    identity = {
+    return {
         "tables": [table_to_dict(t) for t in task.tables],
         "num_devices": task.num_devices,
         "memory_cap_bytes": task.memory_cap_bytes,
@@ -63,7 +73,6 @@ def measurement_key(
         "config": config,
         "round": round_,
     }
-    return _key(identity, key_machine(config, machine))
 
 
 def key_machine(config: dict, machine: str) -> str:

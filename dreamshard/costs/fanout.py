@@ -86,6 +86,12 @@ class Measured:
     started: float  # wall clock (time.time) around the measurement, under the lock
     finished: float
 
+    def told(self) -> str:
+        """The one progress line of what came back: the placement, its cost or error, where."""
+        job, cost = self.job, self.cost
+        outcome = f"error: {self.error}" if cost is None else f"{cost.overall:.2f} ms"
+        return f"{job.task.name} {job.placement.method}: {outcome} ({self.worker})"
+
 
 @dataclass(frozen=True)
 class Fanout:
@@ -148,19 +154,8 @@ def measure_one(key: str, job, spec: BackendSpec) -> Measured:
 
 def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=None) -> Iterator:
     """Each (key, job) measured, in this process one after another (`client` None), or on the
-    cluster `client` is connected to, yielded as they finish."""
-    if client is None:
-        for key, job in jobs:
-            yield measure_one(key, job, spec)
-        return
-    jobs = list(jobs)
-    declared = worker_resources(client)
-    asks = [asked(spec, job, declared) for _, job in jobs]  # all checked before any is sent
-    calls = [
-        client.submit(measure_one, key, job, spec, pure=False, resources=resources)
-        for (key, job), resources in zip(jobs, asks, strict=True)
-    ]
-    for _, measured in _completed(calls):
+    cluster `client` is connected to (each job anywhere), yielded as they finish."""
+    for _, (measured,) in measure_sequences([[job] for job in jobs], spec, client):
         yield measured
 
 

@@ -232,11 +232,9 @@ def rounds_by_task(
             if dataset is not None:
                 store_measured(record, dataset, suite_name)
             costs[r][i] = record.cost
-            job, cost = record.job, record.cost
-            outcome = f"error: {record.error}" if cost is None else f"{cost.overall:.2f} ms"
-            progress.step(f"{job.task.name} {job.placement.method}: {outcome} ({record.worker})")
-            if cost is None:
-                failed.append(f"{job.task.name} {job.placement.method}: {record.error}")
+            progress.step(record.told())
+            if record.cost is None:
+                failed.append(record.told())
     progress.close()
     if failed:
         raise DreamshardError(f"{len(failed)} measurement(s) failed; the first: {failed[0]}")

@@ -194,3 +194,5 @@ class StudyRows:
                 self.all.append({**row, "settings": self.settings})
                 text = json.dumps({"rows": self.all}, indent=1, default=str) + "\n"
                 write_text_atomic(self.path, text)
+                stat = self.path.stat()  # what it wrote is what it holds: not read back
+                self._seen = (stat.st_mtime_ns, stat.st_size)
