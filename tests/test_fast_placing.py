@@ -7,12 +7,18 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dreamshard.errors import InfeasibleError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import Lookahead, PlacementPolicy, fast_rollout
 from dreamshard.learn.train_config import COSTNET_ENCODERS
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, heuristic_keys
-from dreamshard.placement.packing import least_load_dive, search_assignment
+from dreamshard.placement.heuristics import (
+    HEURISTIC_KEYS,
+    greedy_place,
+    heuristic_keys,
+    quick_greedy_place,
+)
+from dreamshard.placement.packing import largest_first, least_load_dive, search_assignment
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.planners.dreamshard_planner import (
     HEURISTIC_MARGIN,
@@ -193,6 +199,29 @@ def test_the_greedy_dive_is_the_searchs_first_path(case):
     )
     # with one node per table the search gets no further than its first path
     assert dive == searched
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=dive_cases)
+def test_the_quick_greedy_is_the_greedy_wherever_memory_lets_its_path_through(case):
+    """What split candidates are rated on: the heuristic's own placement where its greedy path
+    holds; where memory stops that path, the path with the tables largest first; a legal
+    placement wherever the heuristic finds one."""
+    seed, num_tables, num_devices, slack, key = case
+    task = random_task(seed, num_tables, num_devices, slack)
+    try:
+        exact = greedy_place(task, key)
+    except InfeasibleError:
+        return
+    quick = quick_greedy_place(task, key)
+    assert is_legal(task, quick) and quick.method == key
+    keys = heuristic_keys(task, key)
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    if least_load_dive(task, order, keys) is not None:
+        assert quick.devices == exact.devices
+    else:
+        packed = least_load_dive(task, largest_first(task), keys)
+        assert packed is None or list(quick.devices) == packed
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

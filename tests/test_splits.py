@@ -186,6 +186,28 @@ def test_split_candidates_include_every_halving_level_of_the_rule():
     assert deep, "the rule must quarter some table to test this"
 
 
+def test_a_planners_own_balance_rule_is_the_first_candidate_after_the_memory_splits():
+    """A budget may rate only the first few candidates: the rule under the planner's own key
+    (the cost network's cost of each table alone, for `dreamshard`) comes before the
+    heuristics' rules."""
+    checked = 0
+    for seed in range(30):
+        task = binding_cap_task(seed)
+        base = memory_splits(task)
+
+        def own(table: Table) -> float:  # a key no heuristic uses
+            return float(table.rows)
+
+        rule = balance_splits(task, own, base)
+        if set(rule) == set(base):
+            continue
+        candidates = candidate_splits(task, [own])
+        assert next(candidates) == base
+        assert next(candidates) == rule
+        checked += 1
+    assert checked, "the rule must cut some table to test this"
+
+
 def test_split_candidates_offer_the_rules_tables_cut_row_wise_pinned_one_shard_a_device():
     """A CPU column shard repeats its table's lookups, a row shard has only its rows', so each
     rule's tables are also offered cut row-wise over every device (TorchRec's layout), and the

@@ -361,8 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive(float),
         metavar="SECONDS",
         help="the most the plan may take, splitting included: a planner that searches stops "
-        "there with the best legal plan found so far (default: half a second per thousand "
-        "tables, at least half a second; search_analytic and dreamshard_search at least 5)",
+        "there with the best legal plan found so far (default: a second per thousand "
+        "tables, at least a second; search_analytic and dreamshard_search at least 5)",
     )
     pl.add_argument(
         "--topology",

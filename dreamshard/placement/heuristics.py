@@ -49,6 +49,23 @@ def greedy_place(task: PlacementTask, key_name: str) -> Placement:
     return Placement(tuple(devices), method=key_name)
 
 
+def quick_greedy_place(task: PlacementTask, key_name: str) -> Placement:
+    """`greedy_place` where its first path holds (the plain greedy, memory allowing); where
+    memory stops that path, the same preference with the tables largest first (the first path
+    of the packing search's second try), and only where that is stopped too, `greedy_place`'s
+    search. A few milliseconds at 856 tables on 128 devices where the search can take a tenth
+    of a second: what split candidates are rated on (`placement.splitting`), where many are
+    weighed within a planner's budget and a close placement rates a candidate as well."""
+    keys = heuristic_keys(task, key_name)
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    devices = least_load_dive(task, order, keys)
+    if devices is None:
+        devices = least_load_dive(task, largest_first(task), keys)
+    if devices is None:
+        return greedy_place(task, key_name)
+    return Placement(tuple(devices), method=key_name)
+
+
 def random_place(task: PlacementTask, seed: int = 0) -> Placement:
     """Each table on a uniformly random device with room (largest tables placed first)."""
     rng = np.random.default_rng(seed)

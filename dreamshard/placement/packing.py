@@ -276,10 +276,13 @@ class CompletionGuard:
             leftover = best_fit_leftover(big, free)
             if leftover is None:
                 continue  # best-fit finds no packing even now: fall back to room
+            packs: dict[int, bool] = {}  # devices with equal free bytes answer alike
             for d in np.flatnonzero(room[e] & (leftover < size)):
-                after = free.copy()
-                after[d] -= size
-                allowed[e, d] = best_fit_leftover(big, after) is not None
+                if int(free[d]) not in packs:
+                    after = free.copy()
+                    after[d] -= size
+                    packs[int(free[d])] = best_fit_leftover(big, after) is not None
+                allowed[e, d] = packs[int(free[d])]
             if not allowed[e].any():
                 allowed[e] = room[e]
         return allowed
