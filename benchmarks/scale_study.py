@@ -3,13 +3,16 @@ simulated backend and by TorchRec's own estimator.
 
 Run: .venv/bin/python benchmarks/scale_study.py [--model RUN/model.pt] [--seeds 0-7]
          [--sets dlrm-428,dlrm-856,wide-856] [--devices 16,32,64,128] [--memory loose,binding]
-         [--torchrec-seconds 60] [--milp-seconds 30] [--out FILE] [--rows FILE] [--minutes M]
+         [--torchrec-seconds 60] [--torchrec-wall 600] [--milp-seconds 30] [--out FILE]
+         [--rows FILE] [--minutes M] [--replan "dreamshard auto,..."]
 
 A study too long for one sitting (the whole grid is hours here) goes on over reruns: every
 task's row is kept in `--rows` (default NAME.rows.json beside the report) under the settings
 that made it (the model's fingerprint, the time limits), `--minutes` stops starting tasks after
-that long, and the same command run again plans only the tasks not stored. The report covers
-the rows it has and says how many, from which runs, commits and hosts.
+that long, and the same command run again plans only the tasks not stored. `--replan NAMES`
+plans and judges those planners again on every stored task whose record an older library made
+(a planner changed since), keeping the rest of each row. The report covers the rows it has and
+says how many, from which runs, commits and hosts, and which planners were re-planned where.
 
 Tasks, fixed before the run by the arguments: each table set (`evaluation/scale_study.py`) and
 seed on each device count under each memory setting, on hosts of 8 (`nvlink-rdma`). Planners:
@@ -82,8 +85,11 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def planners_for(model) -> dict:
-    """name -> (task -> placement); TorchRec's get a time limit of their own (`main`)."""
+def planners_for(model, seconds: float | None = None) -> dict:
+    """name -> (task -> placement). TorchRec's planner with every sharding type gets `seconds`
+    as its own `timeout_seconds` (its proposers stop there and it answers with its best plan
+    so far; its enumeration comes first and is not counted), and a wall-clock limit of its
+    own besides (`main`)."""
     planners = {
         f"{key} (memory splits)": (lambda t, key=key: memory_split_place(t, key))
         for key in HEURISTIC_KEYS
@@ -99,7 +105,9 @@ def planners_for(model) -> dict:
         planner = named_planner(method, model, split=split, topology=TOPOLOGY)
         planners[name] = lambda t, p=planner: p(t, 0)
     for name, reserve in ((TORCHREC, False), ("torchrec (reservation)", True)):
-        planner = named_planner("torchrec", split="auto", reserve=reserve, topology=TOPOLOGY)
+        planner = named_planner(
+            "torchrec", split="auto", reserve=reserve, topology=TOPOLOGY, time_budget=seconds
+        )
         planners[name] = lambda t, p=planner: p(t, 0)
     # table-wise only: what TorchRec's planner gives in seconds where every type takes minutes
     planner = named_planner("torchrec", split="none", reserve=False, topology=TOPOLOGY)
@@ -177,9 +185,20 @@ def provenance(rows: list[dict], fresh: int, grid: int) -> str:
     commits = sorted({r.get("commit", "unknown") for r in rows})
     hosts = sorted({r.get("host", "unknown") for r in rows})
     done = "every task" if len(rows) == grid else f"{len(rows)} of its {grid} tasks (unfinished)"
+    again: dict[str, list] = {}  # planner -> the notes of its re-planned records
+    for row in rows:
+        for name, note in row.get("replanned", {}).items():
+            again.setdefault(name, []).append(note)
+    replanned = "".join(
+        f" {name} re-planned on {len(notes)} of them (`--replan`) at commits "
+        f"{', '.join(sorted({n['commit'] for n in notes}))}, on "
+        f"{'; '.join(sorted({n['host'] for n in notes}))}."
+        for name, notes in sorted(again.items())
+    )
     return (
-        f"Rows: {done}; {fresh} planned by this run, {len(rows) - fresh} by earlier runs of the "
-        f"same command (`--rows`), at commits {', '.join(commits)}, on {'; '.join(hosts)}."
+        f"Rows: {done}; {fresh} planned or re-planned by this run, the rest by earlier runs of "
+        f"the same command (`--rows`), at commits {', '.join(commits)}, on "
+        f"{'; '.join(hosts)}.{replanned}"
     )
 
 
@@ -192,7 +211,28 @@ def parse_args(argv):
     parser.add_argument("--sets", default=",".join(STUDY_SETS))
     parser.add_argument("--devices", default="16,32,64,128")
     parser.add_argument("--memory", default=",".join(MEMORY_SETTINGS))
-    parser.add_argument("--torchrec-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--torchrec-seconds",
+        type=float,
+        default=60.0,
+        help="TorchRec's own timeout_seconds for its planner with every sharding type: its "
+        "search stops there and it answers with its best plan (default 60)",
+    )
+    parser.add_argument(
+        "--torchrec-wall",
+        type=float,
+        default=600.0,
+        help="wall-clock seconds after which TorchRec's planner is stopped without a plan: "
+        "its enumeration, before its own timeout counts, takes minutes at 856 tables on 128 "
+        "devices (default 600)",
+    )
+    parser.add_argument(
+        "--replan",
+        default="",
+        help="planners (report names, comma-separated) to plan and judge again on every "
+        "stored task, the rest of each row kept: for a planner changed since the rows were "
+        "made; each re-planned record says which commit made it",
+    )
     parser.add_argument("--milp-seconds", type=float, default=30.0)
     parser.add_argument("--train-suite", default="dlrm-50x8")
     training_options(
@@ -231,16 +271,46 @@ def git_commit() -> str:
     return found.stdout.strip() or "unknown"
 
 
-def plan_task(planners: dict, args, backend, cell: tuple) -> dict:
-    """One task's row: every planner's plan, both judges, the MILP bound."""
+def library_changed(since: str, now: str) -> bool:
+    """Whether the library (`dreamshard/`) differs between commits `since` and `now` (True
+    when git cannot tell)."""
+    if since == now:
+        return False
+    try:
+        found = subprocess.run(
+            ["git", "diff", "--quiet", since, now, "--", "dreamshard"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            timeout=30,
+        )
+    except OSError:
+        return True
+    return found.returncode != 0
+
+
+def stale_plans(row: dict, names: list[str], commit: str) -> list[str]:
+    """Those of `names` whose record in `row` was made by a library other than `commit`'s."""
+    made = row.get("replanned", {})
+    return [
+        name
+        for name in names
+        if library_changed(made.get(name, {}).get("commit", row.get("commit", "")), commit)
+    ]
+
+
+def plan_task(planners: dict, args, backend, cell: tuple, only: list[str] | None = None) -> dict:
+    """One task's row: every planner's plan (or only those of `only`), both judges, the MILP
+    bound (not when re-planning)."""
     table_set, seed, devices, memory = cell
     task = study_task(table_set, seed, devices, memory)
     plans = {}
     for name, planner in planners.items():
-        limit = args.torchrec_seconds if name in (TORCHREC, "torchrec (reservation)") else None
+        if only is not None and name not in only:
+            continue
+        limit = args.torchrec_wall if name in (TORCHREC, "torchrec (reservation)") else None
         plans[name] = judge_plan(task, planner, backend, limit, torchrec_judge).to_dict()
     bound = float("nan")
-    if args.milp_seconds and memory == "loose":
+    if args.milp_seconds and memory == "loose" and only is None:
         bound = solve_simulated_milp(task, backend, args.milp_seconds).bound
     return dict(
         set=table_set,
@@ -264,7 +334,14 @@ def main(argv=None) -> None:
         args, suite=args.train_suite, backend="simulated", topology=TOPOLOGY, out=out
     )
     model, model_note = given_or_trained(args.model, config, say)
-    planners = planners_for(model)
+    planners = planners_for(model, args.torchrec_seconds)
+    replan = [name.strip() for name in args.replan.split(",") if name.strip()]
+    unknown = [name for name in replan if name not in planners]
+    if unknown:
+        raise SystemExit(
+            f"--replan: no planner named {', '.join(map(repr, unknown))}; the names are "
+            + ", ".join(planners)
+        )
     backend = SimulatedBackend(topology=TOPOLOGY)
     grid = [
         (s, seed, int(d), m)
@@ -279,17 +356,24 @@ def main(argv=None) -> None:
         "milp_seconds": args.milp_seconds,
     }
     store = StudyRows(args.rows or Path(args.out).with_suffix(".rows.json"), settings)
-    rows, began, fresh = [], time.monotonic(), 0
+    rows, began, fresh, commit = [], time.monotonic(), 0, git_commit()
     for k, cell in enumerate(grid):
         row = store.stored(cell)
-        if row is None:
+        stale = [] if row is None else stale_plans(row, replan, commit)
+        if row is None or stale:
             if args.minutes and time.monotonic() - began > 60 * args.minutes:
                 say(f"{args.minutes:g} min spent: {len(grid) - k} tasks left for a rerun")
                 break
             spent = time.monotonic() - began
-            say(f"[{k + 1}/{len(grid)}] {'/'.join(map(str, cell))} ({spent:.0f} s)")
-            row = plan_task(planners, args, backend, cell)
-            store.add(row)
+            again = f", re-planning {', '.join(stale)}" if stale else ""
+            say(f"[{k + 1}/{len(grid)}] {'/'.join(map(str, cell))}{again} ({spent:.0f} s)")
+            if row is None:
+                row = plan_task(planners, args, backend, cell)
+                store.add(row)
+            else:
+                note = dict(commit=commit, host=hardware(), made=time.strftime("%Y-%m-%d"))
+                plans = plan_task(planners, args, backend, cell, stale)["plans"]
+                row = store.replace_plans(cell, plans, note)
             fresh += 1
         rows.append(row)
     rows += [r for r in (store.stored(c) for c in grid[len(rows) :]) if r is not None]

@@ -81,6 +81,16 @@ def test_a_rerun_takes_the_rows_stored_under_its_settings_only(tmp_path):
     first.add(second)
     assert [r["seed"] for r in StudyRows(path, first.settings).all] == [0, 1, 2]
     assert other.stored(("dlrm-428", 2, 16, "loose")) is not None
+    # a planner re-planned on a stored task: its record replaced, the others kept, the note
+    # kept beside it, and what another sitting reads
+    note = {"commit": "abc1234", "host": "here", "made": "2026-12-05"}
+    fresh = {"dreamshard auto": {"simulated": 1.0}}
+    updated = other.replace_plans(cell, fresh, note)
+    assert updated["plans"] == {**row["plans"], **fresh}
+    assert StudyRows(path, first.settings).stored(cell)["replanned"] == {"dreamshard auto": note}
+    assert [r["seed"] for r in StudyRows(path, first.settings).all] == [0, 1, 2]
+    with pytest.raises(DreamshardError, match="no stored row"):
+        other.replace_plans(("dlrm-428", 7, 16, "loose"), fresh, note)
     path.write_text("{not json")
     with pytest.raises(DreamshardError, match="not a study's rows file"):
         StudyRows(path, {"model": "a"})

@@ -19,6 +19,7 @@ from dreamshard.integrations.torchrec_export import (
     torchrec_plan_dict,
 )
 from dreamshard.integrations.torchrec_planner import torchrec_place, torchrec_row_bounds
+from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
 from dreamshard.placement.splitting import heuristic_placements
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, placement_task
@@ -60,6 +61,25 @@ def test_torchrec_plans_are_legal_under_our_caps(torchrec, split):
             assert placement.splits == ()
         planned += 1
     assert planned >= 6
+
+
+def test_a_time_budget_is_torchrecs_own_timeout_and_its_plan_is_legal(torchrec, monkeypatch):
+    """`--time-budget` reaches TorchRec's planner as its `timeout_seconds` (its proposers stop
+    there and it answers with its best plan so far), and that plan is legal under our caps."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+    given, original = [], EmbeddingShardingPlanner.__init__
+
+    def recording(self, *args, **kwargs):
+        given.append(kwargs.get("timeout_seconds"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddingShardingPlanner, "__init__", recording)
+    task = random_task(np.random.default_rng(2), slack=1.5)
+    options = PlanOptions(split="auto", time_budget=1.4, reserve=False)
+    placement = place(task, "torchrec", options=options)
+    assert is_legal(task, placement)
+    assert given == [1]  # whole seconds, as TorchRec takes them
 
 
 def test_torchrec_method_with_its_own_reservation_on_roomy_devices(torchrec):

@@ -192,7 +192,26 @@ class StudyRows:
             self._load()
             if self.stored(row_key(row)) is None:
                 self.all.append({**row, "settings": self.settings})
-                text = json.dumps({"rows": self.all}, indent=1, default=str) + "\n"
-                write_text_atomic(self.path, text)
-                stat = self.path.stat()  # what it wrote is what it holds: not read back
-                self._seen = (stat.st_mtime_ns, stat.st_size)
+                self._write()
+
+    def replace_plans(self, key: tuple, plans: dict, note: dict) -> dict:
+        """The stored row of `key` with the records of `plans` (planner name -> record) put in
+        place of its own, and `note` (which code made them, when) kept under `replanned` for
+        each: a planner changed since the study ran is judged again on the same tasks without
+        re-planning the rest. The updated row."""
+        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._load()
+            row = self.stored(key)
+            if row is None:
+                raise DreamshardError(f"no stored row of {key} to re-plan; plan it first")
+            row["plans"].update(plans)
+            row.setdefault("replanned", {}).update({name: note for name in plans})
+            self._write()
+            return row
+
+    def _write(self) -> None:
+        text = json.dumps({"rows": self.all}, indent=1, default=str) + "\n"
+        write_text_atomic(self.path, text)
+        stat = self.path.stat()  # what it wrote is what it holds: not read back
+        self._seen = (stat.st_mtime_ns, stat.st_size)
