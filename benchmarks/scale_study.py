@@ -278,7 +278,7 @@ def library_changed(since: str, now: str) -> bool:
         return False
     try:
         found = subprocess.run(
-            ["git", "diff", "--quiet", since, now, "--", "dreamshard"],
+            ["git", "diff", "--quiet", since, now, "--", ":(top)dreamshard"],
             cwd=Path(__file__).parent,
             capture_output=True,
             timeout=30,
