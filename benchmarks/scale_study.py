@@ -390,7 +390,12 @@ def main(argv=None) -> None:
             f"Model: {model_note}. Judges: our simulated backend on that topology (exact, one "
             "round) and TorchRec's EmbeddingPerfEstimator (its planner's default, "
             "compute_device=cuda; `integrations/torchrec_judge.py`). TorchRec's planner gets "
-            f"every sharding type that maps to ours and {args.torchrec_seconds:g} s.",
+            f"every sharding type that maps to ours and {args.torchrec_seconds:g} s as its own "
+            "`timeout_seconds` (its proposers stop there and it answers with its best plan so "
+            "far; its enumeration of sharding options, 25-80 s here, comes first and is not "
+            f"counted), stopped without a plan after {args.torchrec_wall:g} s in all. Its "
+            "records made before 2026-12-05 (those not re-planned, above) had a wall-clock "
+            f"limit of {args.torchrec_seconds:g} s instead, within which it never planned.",
             "## Targets\n\n"
             + fenced_table(
                 "devices | versus | judge | memory | target | geo-mean [95%] | ",
