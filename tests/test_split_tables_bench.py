@@ -26,13 +26,13 @@ def test_torchrec_rows_count_a_declined_task_and_pair_the_rest(
     script = load_benchmark("split_tables")
     real, asked = torchrec_planner.torchrec_place, []
 
-    def declines(task, seed=0, reserve=True, split="none", topology=None):
+    def declines(task, seed=0, reserve=True, split="none", topology=None, timeout=None):
         """The second task, and the first one table-wise (as on dlrm tasks: TorchRec counts
         inputs and outputs beside the weights, and may fit them only split)."""
         asked.append((reserve, split))
         if task.name.endswith("/1") or split == "none":
             raise DreamshardError("torchrec's planner rejects this task (test)")
-        return real(task, seed, reserve=reserve, split=split, topology=topology)
+        return real(task, seed, reserve=reserve, split=split, topology=topology, timeout=timeout)
 
     monkeypatch.setattr(torchrec_planner, "torchrec_place", declines)  # what `torchrec` calls
     out = tmp_path / "split_tables"
