@@ -190,7 +190,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         iterations=args.train_iterations,
         **{name: getattr(args, name) for name in FINE_TUNING},
     )
-    return train_for_run(config, log, fresh=False)
+    return train_for_run(config, log, fresh=not args.resume)
 
 
 def rnn_for(args: argparse.Namespace, model: DreamShardModel, log) -> tuple[RnnPlacer | None, str]:

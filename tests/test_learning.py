@@ -236,6 +236,11 @@ def test_a_run_repeats_exactly_and_resumes_after_a_crash(tmp_path):
     stored = CostDataset(tmp_path / "b" / "run" / "costs.sqlite")
     keys = [row["key"] for row in stored.rows()]
     assert len(keys) == len(set(keys))
+    # a run with other settings does not go on from that checkpoint: its model would be neither
+    checkpoint = tmp_path / "b" / "run" / "checkpoint.pt"
+    with pytest.raises(DreamshardError, match="costnet_steps 60 \\(now 30\\)"):
+        load_checkpoint(checkpoint, small_config(tmp_path / "b", costnet_steps=30))
+    assert load_checkpoint(checkpoint, small_config(tmp_path / "b", iterations=5)).iteration == 3
 
 
 def test_bad_model_files_are_refused(trained, tmp_path, cli):

@@ -168,8 +168,25 @@ def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
     )
 
 
+# Settings a run may change when it goes on from its checkpoint: how long it runs, and where.
+RESUMABLE_CHANGES = ("iterations", "out")
+
+
 def load_checkpoint(path: Path, config: TrainConfig, backend=None) -> TrainState:
+    """The training state saved at `path`; DreamshardError when the run that saved it had other
+    settings (beyond `RESUMABLE_CHANGES`): going on from it would give a model of neither."""
     data = read_torch_file(path, "checkpoint")
+    saved = json.loads(data.get("config", "{}"))
+    now = json.loads(json.dumps(asdict(config)))  # as saved: tuples become lists
+    changed = sorted(
+        k for k in now if k in saved and k not in RESUMABLE_CHANGES and saved[k] != now[k]
+    )
+    if changed:
+        were = ", ".join(f"{k} {saved[k]!r} (now {now[k]!r})" for k in changed)
+        raise DreamshardError(
+            f"{path} was saved by a run with other settings: {were}; pass the same settings "
+            "to go on from it, or another --out (or remove it) to start afresh"
+        )
     model = model_from_state(data["model"], path)
     state = fresh_state(config, backend)
     state.costnet, state.policy = model.costnet, model.policy
