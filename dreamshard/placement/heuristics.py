@@ -17,7 +17,11 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.lazy import load_object
-from dreamshard.placement.packing import assign_within_memory, largest_first, least_load_dive
+from dreamshard.placement.packing import (
+    assign_within_memory,
+    largest_first,
+    least_load_dive,
+)
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.table import Table
 
@@ -35,10 +39,16 @@ def heuristic_keys(task: PlacementTask, key_name: str) -> np.ndarray:
     return np.array([key(t) for t in task.tables], dtype=np.float64)
 
 
+def key_order(task: PlacementTask, key_name: str) -> tuple[np.ndarray, list[int]]:
+    """The heuristic's keys of the task's tables and the order it places them in: largest key
+    first, ties by index."""
+    keys = heuristic_keys(task, key_name)
+    return keys, sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+
+
 def greedy_place(task: PlacementTask, key_name: str) -> Placement:
     """Largest key first, each to the device with the smallest key sum that has room."""
-    keys = heuristic_keys(task, key_name)
-    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    keys, order = key_order(task, key_name)
 
     def smallest_load_first(_table, load, _used):
         return np.argsort(load, kind="stable")
@@ -56,8 +66,7 @@ def quick_greedy_place(task: PlacementTask, key_name: str) -> Placement:
     search. A few milliseconds at 856 tables on 128 devices where the search can take a tenth
     of a second: what split candidates are rated on (`placement.splitting`), where many are
     weighed within a planner's budget and a close placement rates a candidate as well."""
-    keys = heuristic_keys(task, key_name)
-    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    keys, order = key_order(task, key_name)
     devices = least_load_dive(task, order, keys)
     if devices is None:
         devices = least_load_dive(task, largest_first(task), keys)
