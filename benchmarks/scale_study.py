@@ -256,36 +256,45 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def git(*args: str) -> subprocess.CompletedProcess | None:
+    """`git ARGS` in this checkout (None when git cannot run)."""
+    try:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def git_commit() -> str:
     """The checkout's commit, to say which code made a row (rows may span runs)."""
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).parent,
-            timeout=10,
-        )
-    except OSError:
-        return "unknown"
-    return found.stdout.strip() or "unknown"
+    found = git("rev-parse", "--short", "HEAD")
+    return (found.stdout.strip() if found else "") or "unknown"
+
+
+# Library code no planner imports: the policy's training loop, collecting and storing
+# measurements, tracking, the command line. A change there leaves a stored plan as good as new.
+NOT_PLANNING = (
+    "dreamshard/cli",
+    "dreamshard/learn/train.py",
+    "dreamshard/learn/costnet_data.py",
+    "dreamshard/learn/coverage.py",
+    "dreamshard/costs/collect.py",
+    "dreamshard/costs/dataset.py",
+    "dreamshard/costs/fanout.py",
+    "dreamshard/costs/host_lock.py",
+    "dreamshard/tracking.py",
+)
 
 
 def library_changed(since: str, now: str) -> bool:
-    """Whether the library (`dreamshard/`) differs between commits `since` and `now` (True
-    when git cannot tell)."""
+    """Whether the planning code (`dreamshard/` but `NOT_PLANNING`) differs between commits
+    `since` and `now` (True when git cannot tell)."""
     if since == now:
         return False
-    try:
-        found = subprocess.run(
-            ["git", "diff", "--quiet", since, now, "--", ":(top)dreamshard"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            timeout=30,
-        )
-    except OSError:
-        return True
-    return found.returncode != 0
+    excluded = [f":(top,exclude){path}" for path in NOT_PLANNING]
+    found = git("diff", "--quiet", since, now, "--", ":(top)dreamshard", *excluded)
+    return found is None or found.returncode != 0
 
 
 def stale_plans(row: dict, names: list[str], commit: str) -> list[str]:

@@ -100,6 +100,25 @@ def test_a_task_torchrec_reservation_rejects_gives_a_clear_error(torchrec):
     assert "\n" not in message
 
 
+def test_a_rejection_says_what_a_fresh_enumeration_says_without_enumerating_again(torchrec):
+    """The planner's enumerator keeps its search space; the rejection message reads it."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    from dreamshard.integrations.torchrec_planner import (
+        plan_with_torchrec,
+        rejection_reason,
+        torchrec_request,
+    )
+
+    task = random_task(np.random.default_rng(2), slack=1.1)
+    request = torchrec_request(task, reserve=True)
+    with pytest.raises(DreamshardError) as caught:
+        plan_with_torchrec(request)
+    fresh = rejection_reason(request, [EmbeddingBagCollectionSharder()], Exception())
+    # Past the kind of refusal, which only TorchRec's own exception names.
+    assert str(caught.value).split("): ", 1)[1] == fresh.split("): ", 1)[1]
+
+
 def test_exported_plans_round_trip(torchrec):
     task = random_task(np.random.default_rng(3), slack=1.5)
     placement = place(task, "size_lookup")
