@@ -41,23 +41,29 @@ def test_plans_train_under_dmp_in_interleaved_rounds():
     for per_rank in run.losses:  # the same batch every step: training lowers its loss
         for first, last in per_rank:
             assert last < first
-    cost = run.placement_cost(1, 0)
+    cost = run.label(1, reference=0)
     assert cost.backend == "dmp" and cost.comm == "measured" and cost.info["terms"] == "step"
-    assert len(cost.devices) == 2  # one record per rank
-    assert cost.overall == pytest.approx(run.overall()[1, 0])
-    on_cpu_clock = replace(run, clock="cpu").placement_cost(1, 0)
-    assert on_cpu_clock.overall == pytest.approx(run.cpu_ms[:, 1, 0].max())
+    assert len(cost.devices) == 2  # one record per rank: its median step over the rounds
+    assert [d.fwd_comp for d in cost.devices] == pytest.approx(np.median(run.step_ms[:, :, 1], 1))
+    assert cost.info["round_ms"] == pytest.approx(run.overall()[:, 1])
+    ratios = run.overall()[:, 1] / run.overall()[:, 0]
+    assert cost.info["paired_ratio"] == pytest.approx(np.median(ratios))
+    on_cpu_clock = replace(run, clock="cpu").label(1)
+    assert on_cpu_clock.overall == pytest.approx(np.median(run.cpu_ms[:, :, 1], 1).max())
+    assert "paired_ratio" not in on_cpu_clock.info
     for device in cost.devices:  # the whole step in fwd_comp
         assert device.fwd_comp > 0 and device.fwd_comm == device.bwd_comm == device.bwd_comp == 0
 
 
-def test_the_backend_by_name_measures_one_placement():
+def test_the_backend_by_name_measures_one_placement_beside_the_reference():
     backend = make_backend("dmp", iterations=3)
     assert backend.config()["steps"]["steps"] == 3
     assert "TorchRec training steps" in describe_costs(backend.config())
     cost = backend.measure(tiny_task(), Placement((1, 0, 0, 1)))
     assert cost.overall > 0 and len(cost.devices) == 2
     assert cost.info["finished"] >= cost.info["started"]
+    assert len(cost.info["reference_ms"]) == len(cost.info["round_ms"]) == backend.rounds
+    assert cost.info["paired_ratio"] > 0 and cost.info["paired_cv"] >= 0
 
 
 def test_bad_placements_and_hosts_are_refused_before_any_process():

@@ -98,8 +98,10 @@ MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split", "
 TRAIN_OPTIONS: dict[str, dict] = {
     "suite": {"help": "suite"},
     "backend": {
-        "choices": ["fbgemm", "simulated"],
-        "help": "where placements are measured",
+        "choices": ["fbgemm", "simulated", "dmp"],
+        "help": "where placements are measured: fbgemm (fused kernels), simulated (the analytic "
+        "model) or dmp (real TorchRec training steps, one rank per device: the cost network "
+        "learns each rank's step, the slowest rank's as the overall cost; docs/learning.md)",
     },
     "out": {"help": "run folder"},
     "seed": {"type": int},
@@ -157,7 +159,10 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "help": "all-to-all model where it is not measured (auto: cpu-gloo on the simulated "
         f"backend, the device's own on fbgemm); {TOPOLOGY_HELP}",
     },
-    "measure_iterations": {"type": positive(int), "help": "fbgemm timed iterations per device"},
+    "measure_iterations": {
+        "type": positive(int),
+        "help": "fbgemm: timed iterations per device; dmp: timed training steps per round",
+    },
     "cluster": {
         "metavar": "ADDRESS",
         "help": "measure on a Dask cluster: a scheduler's address (tcp://HOST:8786) or local / "

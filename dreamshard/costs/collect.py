@@ -8,6 +8,7 @@ one dataset take turns, and the second skips what the first stored while it wait
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -193,15 +194,81 @@ def collect(
         else:
             todo.setdefault(keys[0], job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
+    per_launch = getattr(backend, "plans_per_launch", 1)
     if fanout is not None:
         for measured in fanout.measure(todo.items()):
             _store_measured(measured, dataset, suite_name, summary, progress)
+    elif per_launch > 1:  # a backend that measures many placements of a task in one launch
+        for launch in launches(todo, per_launch):
+            with measurement_lock(backend):
+                _measure_launch(launch, backend, config, dataset, suite_name, summary, progress)
     else:
         for key, job in todo.items():
             with measurement_lock(backend):
                 _measure_one(key, job, backend, config, dataset, suite_name, summary, progress)
     progress.close()
     return summary
+
+
+def launches(todo: dict[str, Job], size: int) -> Iterator[list[tuple[str, Job]]]:
+    """The keyed jobs grouped by task (in the order tasks first come), in launches of at most
+    `size` placements of one task each."""
+    by_task: dict[tuple[str, int], list[tuple[str, Job]]] = {}
+    for key, job in todo.items():
+        by_task.setdefault((job.task.name, job.task.num_devices), []).append((key, job))
+    for jobs in by_task.values():
+        for start in range(0, len(jobs), size):
+            yield jobs[start : start + size]
+
+
+def _measure_launch(
+    launch: list[tuple[str, Job]],
+    backend: CostBackend,
+    config: dict,
+    dataset: CostDataset,
+    suite_name: str,
+    summary: CollectSummary,
+    progress: Progress,
+) -> None:
+    """Measure one task's placements in one launch (`backend.measure_batch`) and store each.
+    A failed launch stores an error record for each of its placements (measured again next
+    run), says why in one line, and the collection goes on."""
+    left = []
+    for key, job in launch:
+        if dataset.has(key):
+            summary.skipped += 1
+            progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
+        else:
+            left.append((key, job))
+    if not left:
+        return
+    task = left[0][1].task
+    try:
+        costs = backend.measure_batch(task, [job.placement for _, job in left])
+    except DreamshardError as exc:
+        print(
+            f"dreamshard: a launch of {len(left)} placements of {task.name} failed (they are "
+            f"measured again next run): {exc}",
+            file=sys.stderr,
+        )
+        for key, job in left:
+            dataset.append(
+                f"{key}:error:{time.time_ns()}",
+                job.task,
+                job.placement,
+                None,
+                config,
+                suite_name,
+                job.round,
+                error=str(exc),
+            )
+            summary.errors += 1
+            progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+        return
+    for (key, job), cost in zip(left, costs, strict=True):
+        dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
+        summary.measured += 1
+        progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
 
 
 def _store_measured(

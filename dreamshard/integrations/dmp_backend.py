@@ -15,7 +15,11 @@ so the slowest rank's is its own work, the part a placement balances.
 
 Several plans of one task are measured in one launch by `measure_plans`, in interleaved rounds
 (plans in a fresh order each round), and TorchRec's own plans, which may be data-parallel and
-so not a `Placement`, are measured the same way from their JSON form.
+so not a `Placement`, are measured the same way from their JSON form. A measurement (a label
+for the cost network) is `rounds` such rounds beside the task's reference plan: each rank's
+median step over the rounds, and the paired ratio to the reference in the same rounds.
+`measure_batch` measures many placements of a task in one launch, which is how a collection
+(`costs/collect.py`) runs: a launch that fails loses only its own placements.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from dreamshard.costs.fbgemm import MeasurementError, available_memory_bytes
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.torchrun import TorchrunError, run_job
 from dreamshard.costs.types import DeviceCost, PlacementCost
-from dreamshard.errors import DreamshardError
+from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.placement.plan_file import plan_to_dict
+from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.report import format_bytes
 from dreamshard.tables.sources import table_to_dict
@@ -43,6 +48,10 @@ from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 PROGRAM = "gpu_tasks.dmp_step"
 STEP_TERMS = "step"  # info["terms"]: the whole step sits in fwd_comp
 CLOCKS = {"wall": "wall clock", "cpu": "each rank's CPU time in the step"}
+# The heuristic whose plan of the task is measured in every launch, for paired ratios: a plan
+# and the reference see the same host state in each round, so their ratio drifts far less than
+# either step (`info["paired_ratio"]`, `info["paired_cv"]`).
+REFERENCE = "size_lookup"
 
 
 @dataclass(frozen=True)
@@ -81,36 +90,59 @@ class DmpRun:
         """[rounds, plans]: the slowest rank's median step (by `clock`, default the run's)."""
         return self.per_rank(clock).max(axis=0)
 
-    def placement_cost(self, round_: int, plan: int) -> PlacementCost:
-        ms = self.per_rank()
+    def label(self, plan: int, reference: int | None = None) -> PlacementCost:
+        """Plan `plan`'s measurement: each rank's median step over the rounds (by the run's
+        clock) in `fwd_comp`. With `reference`, the plan measured beside it in every round,
+        `info` holds the paired ratio (the median over rounds of this plan's slowest-rank step
+        over the reference's) and its spread (`paired_cv`, over rounds)."""
+        ms = self.per_rank()[:, :, plan]  # [ranks, rounds]
+        cv = np.median(self.cv[:, :, plan], axis=1)
         devices = tuple(
-            DeviceCost(float(ms[r, round_, plan]), 0.0, 0.0, 0.0, float(self.cv[r, round_, plan]))
+            DeviceCost(float(np.median(ms[r])), 0.0, 0.0, 0.0, float(cv[r]))
             for r in range(ms.shape[0])
         )
+        overall = self.overall()
         info = {
             "terms": STEP_TERMS,
             "clock": self.clock,
-            "wall_ms": self.step_ms[:, round_, plan].tolist(),
-            "cpu_ms": self.cpu_ms[:, round_, plan].tolist(),
+            "rounds": int(ms.shape[1]),
+            "round_ms": overall[:, plan].tolist(),  # the slowest rank's step, each round
+            "wall_ms": np.median(self.step_ms[:, :, plan], axis=1).tolist(),
+            "cpu_ms": np.median(self.cpu_ms[:, :, plan], axis=1).tolist(),
             "batch": self.batch,
             "process_group": self.process_group,
             "sharding_types": self.sharding_types[plan],
             **self.info,
         }
+        if reference is not None:
+            ratios = overall[:, plan] / overall[:, reference]
+            info["reference_ms"] = overall[:, reference].tolist()
+            info["paired_ratio"] = float(np.median(ratios))
+            info["paired_cv"] = float(ratios.std() / ratios.mean()) if len(ratios) > 1 else 0.0
         return PlacementCost(devices, DmpBackend.name, "measured", info)
 
 
 @dataclass
 class DmpBackend:
+    """Placements measured as TorchRec training steps. A measurement is `rounds` interleaved
+    rounds in one launch beside the task's `REFERENCE` plan; `measure_batch` measures up to
+    `plans_per_launch` placements of one task in a launch (collections do), since starting
+    the ranks and building the models costs more than the steps of a small task."""
+
     steps: StepConfig = field(default_factory=StepConfig)
     batch_size: int = DEFAULT_BATCH  # the global batch for tables without a trace
     retries: int = 1
     timeout_s: float = 3600.0
+    rounds: int = 3  # interleaved rounds per launch; a label is each rank's median over them
+    plans_per_launch: int = 8  # placements of one task measured together (`measure_batch`)
+    program: str = PROGRAM  # the program torchrun starts (a module, or a script's path)
     name: str = field(default="dmp", init=False)
 
     def __post_init__(self):
         if self.steps.clock not in CLOCKS:
             raise DreamshardError(f"unknown clock {self.steps.clock!r}; use wall or cpu")
+        if self.rounds < 1 or self.plans_per_launch < 1:
+            raise DreamshardError("the dmp backend needs at least one round and one plan a launch")
 
     def device_kind(self) -> str:
         if self.steps.device != "auto":
@@ -126,10 +158,25 @@ class DmpBackend:
             "launcher": "torchrun",
             "topology": "measured",
             "steps": asdict(self.steps),
+            "rounds": self.rounds,
+            "reference": REFERENCE,
         }
 
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
-        return self.measure_plans(task, [placement], rounds=1).placement_cost(0, 0)
+        return self.measure_batch(task, [placement])[0]
+
+    def measure_batch(
+        self, task: PlacementTask, placements: Sequence[Placement]
+    ) -> list[PlacementCost]:
+        """The placements' labels (`DmpRun.label`), measured in one launch with the task's
+        reference plan (`REFERENCE`'s placement, left out where it cannot place the task)."""
+        reference = reference_placement(task)
+        plans = list(placements) if reference is None else [reference, *placements]
+        run = self.measure_plans(task, plans, rounds=self.rounds)
+        first = len(plans) - len(placements)
+        return [
+            run.label(first + i, None if reference is None else 0) for i in range(len(placements))
+        ]
 
     def measure_plans(
         self, task: PlacementTask, plans: Sequence[Placement | dict], rounds: int = 1
@@ -138,7 +185,7 @@ class DmpBackend:
         `integrations.torchrec_export`) trained under DMP, in `rounds` interleaved rounds."""
         job = self.job(task, plans, rounds)
         started = time.time()
-        result = self.run(job, task.num_devices)
+        result = self.run(job, task.num_devices, self.program)
         finished = time.time()
         ranks = result["ranks"]
         return DmpRun(
@@ -227,6 +274,15 @@ class DmpBackend:
                 f"training {plans} plan(s) of these tables under DMP needs about "
                 f"{format_bytes(needed)} of host memory; only {format_bytes(free)} is available"
             )
+
+
+def reference_placement(task: PlacementTask) -> Placement | None:
+    """The plan every launch measures beside its placements: `REFERENCE`'s placement of the
+    task (None where it cannot place it)."""
+    try:
+        return place(task, REFERENCE)
+    except InfeasibleError:
+        return None
 
 
 def host_cores() -> int:
