@@ -305,14 +305,17 @@ class CostDataset:
         return len(self) - before
 
     def stored_cost(self, key: str) -> PlacementCost | None:
-        """The cost stored under `key`, or None when it was never measured successfully."""
+        """The cost stored under `key` (with its info), or None when it was never measured
+        successfully."""
         row = self._db.execute(
-            "SELECT costs, backend, comm FROM measurements WHERE key = ? AND status = 'ok'", (key,)
+            "SELECT costs, backend, comm, info FROM measurements WHERE key = ? AND status = 'ok'",
+            (key,),
         ).fetchone()
         if row is None:
             return None
         devices = tuple(DeviceCost(**d) for d in json.loads(row["costs"]))
-        return PlacementCost(devices, row["backend"], row["comm"])
+        info = json.loads(row["info"]) if row["info"] else {}
+        return PlacementCost(devices, row["backend"], row["comm"], info)
 
     def rows(
         self, status: str = "ok", backend: str | None = None, machines: Iterable[str] = ()

@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from dreamshard.errors import DreamshardError
@@ -34,6 +35,30 @@ def trained_on(model: DreamShardModel) -> str:
         f"trained on {meta.get('suite', '?')}, {backend.group(1) if backend else '?'} backend"
         + (f", {topology.group(1)} topology" if topology else "")
     )
+
+
+def train_command(model: DreamShardModel) -> str:
+    """The `dreamshard train` command whose settings made `model` (those unlike the defaults,
+    from its metadata), or the shipped model's own command; "?" when its file records none."""
+    meta = model.metadata
+    if "shipped" in meta:
+        return meta["shipped"]["command"]
+    recorded = meta.get("config")
+    if not isinstance(recorded, dict):
+        return "?"
+    defaults = asdict(TrainConfig())
+    words = ["dreamshard", "train"]
+    for name, value in recorded.items():
+        if name in defaults and value != defaults[name]:
+            if isinstance(value, bool):
+                words.append(f"--{name.replace('_', '-')}" if value else f"--no-{name}")
+                continue
+            if isinstance(value, list | tuple):
+                value = ",".join(map(str, value))
+            words += [f"--{name.replace('_', '-')}", str(value)]
+    if "history" not in meta:  # the cost network alone, fitted on a stored dataset
+        words.append("--costnet-only")
+    return " ".join(words)
 
 
 def training_note(config: TrainConfig) -> str:

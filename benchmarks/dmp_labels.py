@@ -1,0 +1,237 @@
+"""Cost networks judged on real TorchRec training steps: how well each ranks the DMP steps of
+held-out tasks' placements, and how noisy those step labels are (issue 29).
+
+Run: .venv/bin/python benchmarks/dmp_labels.py --model DMP_MODEL [--model KERNEL_MODEL ...]
+         [--suites cpu-24x2,cpu-48x2,cpu-80x2] [--tasks 8] [--per-task 8] [--steps 20]
+         [--warmup 5] [--rounds 3] [--dataset FILE] [--out REPORT.md]
+Smoke run: --suites cpu-6x2 --tasks 2 --per-task 4 --steps 2 --warmup 1
+
+Held out: each suite's first `--tasks` test tasks (tables no training task holds), `--per-task`
+placements of each from the collection's mix (random and the four heuristics, `collect`),
+measured by the `dmp` backend as a collection measures them (`--rounds` interleaved rounds
+beside the task's reference plan in one launch per task; a label is each rank's median step,
+the slowest rank's the overall). They are stored in `--dataset` (default
+$DREAMSHARD_HOME/dmp_labels/costs-dmp.sqlite), so a re-run measures only what is missing.
+
+Each `--model` predicts every placement's overall cost (`predicted_overall`: its modeled
+all-to-all where it has one); the figure is the Spearman correlation within a task of its
+predictions with the DMP labels, averaged over tasks (per suite and over all, with a bootstrap
+95% interval over tasks): the ranking a planner relies on. The report names the command that
+made each model (from its metadata). The labels' noise: per placement, the coefficient of
+variation over rounds of its step divided by the reference plan's step in the same round
+(`paired_cv`); the issue's target is below 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from dreamshard.costs.backends import describe_costs
+from dreamshard.costs.collect import collect, collection_jobs
+from dreamshard.costs.dataset import CostDataset, hardware, measurement_key, versions
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.models import train_command, trained_on
+from dreamshard.evaluation.report_files import fenced_table, torchrec_version, write_report
+from dreamshard.evaluation.rounds import spearman
+from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
+from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.planners.dreamshard_planner import predicted_overall
+from dreamshard.state import state_dir
+
+RESULTS = Path(__file__).parent / "results" / "dmp_labels.md"
+TARGET_SPEARMAN, TARGET_CV = 0.9, 0.05
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="a model to judge (file, train --out folder, shipped or models:/...); repeat",
+    )
+    parser.add_argument("--suites", default="cpu-24x2,cpu-48x2,cpu-80x2", help="comma-separated")
+    parser.add_argument("--tasks", type=int, default=8, help="held-out tasks per suite")
+    parser.add_argument("--per-task", type=int, default=8, help="placements per task")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per plan and round")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per launch")
+    parser.add_argument("--dataset", help="where the held-out labels are stored")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.per_task < 3:
+        parser.error("--tasks must be at least 1 and --per-task at least 3 (a Spearman needs 3)")
+    return args
+
+
+def held_out_jobs(suite_name: str, tasks: int, per_task: int) -> list:
+    """`per_task` placements of each of the suite's first `tasks` test tasks (the collection's
+    mix, as if those were its training tasks)."""
+    suite = make_suite(parse_suite_name(suite_name, num_train_tasks=1, num_test_tasks=tasks))
+    held = replace(suite, train_tasks=suite.test_tasks)
+    return list(collection_jobs(held, tasks * per_task))
+
+
+def labelled(jobs: list, backend: DmpBackend, dataset: CostDataset) -> list[tuple]:
+    """(task, placement, cost) of each job the dataset holds a label of (measured here)."""
+    config, machine = backend.config(), hardware()
+    found = []
+    for job in jobs:
+        cost = dataset.stored_cost(measurement_key(job.task, job.placement, config, 0, machine))
+        if cost is not None:
+            found.append((job.task, job.placement, cost))
+    return found
+
+
+def mean_interval(values: list[float], resamples: int = 2000, seed: int = 0) -> tuple:
+    """(mean, low, high): a bootstrap 95% interval of the mean over tasks."""
+    values = np.array([v for v in values if not np.isnan(v)])
+    if values.size < 2:
+        value = float(values.mean()) if values.size else float("nan")
+        return value, value, value
+    picks = np.random.default_rng(seed).integers(0, values.size, (resamples, values.size))
+    low, high = np.quantile(values[picks].mean(axis=1), [0.025, 0.975])
+    return float(values.mean()), float(low), float(high)
+
+
+def judge(model, found: list[tuple]) -> list[float]:
+    """Per task, the Spearman correlation of the model's predicted overall costs with the
+    labels (NaN where fewer than 3 placements or all labels equal)."""
+    by_task: dict[str, list[tuple]] = {}
+    for task, placement, cost in found:
+        by_task.setdefault(task.name, []).append((task, placement, cost))
+    rhos = []
+    for group in by_task.values():
+        predicted = [predicted_overall(model, t, [p])[0] for t, p, _ in group]
+        rhos.append(spearman(np.array(predicted), np.array([c.overall for _, _, c in group])))
+    return rhos
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    began = time.monotonic()
+    models = [(name, resolve_model(name)) for name in args.model]
+    backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps), rounds=args.rounds)
+    path = Path(args.dataset) if args.dataset else state_dir() / "dmp_labels" / "costs-dmp.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dataset = CostDataset(path)
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    per_suite = {}
+    for suite in suites:
+        jobs = held_out_jobs(suite, args.tasks, args.per_task)
+        print(f"{suite}: {len(jobs)} held-out placements under DMP", flush=True)
+        summary = collect(jobs, backend, dataset, f"{suite} held out")
+        found = labelled(jobs, backend, dataset)
+        if summary.errors:
+            print(f"{suite}: {summary.errors} placements failed (left out)", flush=True)
+        per_suite[suite] = found
+    result = {
+        "args": vars(args),
+        "hardware": hardware(),
+        "versions": {**versions(), "torchrec": torchrec_version()},
+        "dmp": describe_costs(backend.config()),
+        "dataset": str(path),
+        "seconds": time.monotonic() - began,
+        "models": {
+            name: {"trained_on": trained_on(model), "command": train_command(model)}
+            for name, model in models
+        },
+        "suites": {},
+    }
+    for suite, found in per_suite.items():
+        cvs = [cost.info["paired_cv"] for _, _, cost in found if "paired_cv" in cost.info]
+        result["suites"][suite] = {
+            "placements": len(found),
+            "tasks": len({t.name for t, _, _ in found}),
+            "paired_cv": cvs,
+            "spearman": {name: judge(model, found) for name, model in models},
+        }
+    report = render(result, argv)
+    write_report(args.out, report, result)
+    print(report)
+    return report
+
+
+def render(result: dict, argv: list[str]) -> str:
+    args = result["args"]
+    lines = [
+        "# Cost networks on real TorchRec training steps (DMP labels)",
+        "",
+        f"Command: `.venv/bin/python benchmarks/dmp_labels.py {' '.join(argv)}`",
+        f"Host: {result['hardware']}; {result['versions']}. One host for every figure.",
+        f"Labels: {result['dmp']}; {args['rounds']} interleaved rounds a launch beside the "
+        f"task's reference plan; stored in `{result['dataset']}`. {result['seconds']:.0f} s "
+        "in all.",
+        f"Held out: the first {args['tasks']} test tasks of each suite (2 ranks), "
+        f"{args['per_task']} placements each (random and the four heuristics).",
+        "",
+        "## Models",
+        "",
+    ]
+    for name, about in result["models"].items():
+        made = "" if about["command"] in about["trained_on"] else f"; made by `{about['command']}`"
+        lines.append(f"- `{name}`: {about['trained_on']}{made}")
+    lines += [
+        "",
+        f"## Spearman within a task (mean over tasks [bootstrap 95%]; target >= {TARGET_SPEARMAN})",
+        "",
+    ]
+    names = list(result["models"])
+    rows = []
+    pooled: dict[str, list[float]] = {name: [] for name in names}
+    for suite, figures in result["suites"].items():
+        cells = [suite, figures["tasks"]]
+        for name in names:
+            rhos = figures["spearman"][name]
+            pooled[name] += rhos
+            cells.append("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(rhos)))
+        rows.append(cells)
+    rows.append(
+        [
+            "all",
+            sum(f["tasks"] for f in result["suites"].values()),
+            *("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(pooled[n])) for n in names),
+        ]
+    )
+    lines.append(fenced_table(" | ".join(["suite", "tasks", *names]), rows))
+    lines += [
+        "",
+        f"## Label noise: paired spread over rounds (target < {TARGET_CV:.0%})",
+        "",
+        "Per placement, the coefficient of variation over rounds of its step / the reference "
+        "plan's step in the same round.",
+        "",
+    ]
+    noise = []
+    for suite, figures in result["suites"].items():
+        cvs = np.array(figures["paired_cv"])
+        if not cvs.size:
+            noise.append([suite, 0, "-", "-", "-"])
+            continue
+        noise.append(
+            [
+                suite,
+                cvs.size,
+                f"{np.median(cvs):.1%}",
+                f"{np.quantile(cvs, 0.9):.1%}",
+                f"{np.mean(cvs < TARGET_CV):.0%}",
+            ]
+        )
+    lines.append(fenced_table("suite | placements | median | 90th pct | under 5%", noise))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except DreamshardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
