@@ -108,7 +108,7 @@ def test_training_on_dmp_labels_runs_end_to_end(tmp_path, cli):
     args = ["train", "--suite", SUITE, "--backend", "dmp", "--measure-iterations", "2"]
     args += ["--out", str(out), "--iterations", "1", "--warm-start", "3", "--train-tasks", "1"]
     args += ["--placements-per-iteration", "2", "--costnet-steps", "5", "--pretrain", "0"]
-    args += ["--policy-updates", "1", "--episodes", "2"]
+    args += ["--policy-updates", "1", "--episodes", "2", "--costnet-loss", "auto"]
     done = cli(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     model = load_model(out / "model.pt")
