@@ -3,6 +3,10 @@
 Run: .venv/bin/python benchmarks/torchrec_e2e.py [--suite cpu-24x2] [--tasks 4] [--rounds 10]
          [--steps 30] [--warmup 5] [--proxy-rounds 3] [--model MODEL] [--out REPORT.md]
 Smoke run: --tasks 1 --rounds 2 --steps 5 --proxy-rounds 1
+DMP labels: .venv/bin/python benchmarks/torchrec_e2e.py --dmp-model DMP_MODEL --model KERNEL_MODEL
+         [--suites cpu-24x2,cpu-48x2,cpu-80x2] [--tasks 8] [--rounds 10] [--steps 30]
+    compares instead dreamshard with a cost network fitted on DMP steps against dreamshard with
+    kernel labels, TorchRec's planner and lookup (`torchrec_e2e_labels.py`, issue 29).
 
 On the suite's held-out tasks (2 devices: one process per device on this host's cores), every
 plan below is built into TorchRec's DistributedModelParallel and trained for real
@@ -46,7 +50,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from torchrec_e2e_figures import CLOCKS, HEURISTICS, balanced_bounds, summarize, task_record
+import torchrec_e2e_labels as labels
+from torchrec_e2e_figures import (
+    CLOCKS,
+    HEURISTICS,
+    balanced_bounds,
+    distinct,
+    summarize,
+    task_record,
+)
 from torchrec_e2e_report import render
 
 from dreamshard.costs.backends import describe_costs, make_backend
@@ -55,7 +67,13 @@ from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp_proxy import step_terms
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import distinct_items
-from dreamshard.evaluation.models import CHAMPION_URI, champion_or_none, train_for_run, trained_on
+from dreamshard.evaluation.models import (
+    CHAMPION_URI,
+    champion_or_none,
+    train_command,
+    train_for_run,
+    trained_on,
+)
 from dreamshard.evaluation.report_files import torchrec_version, write_report
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.dmp_calibration import calibrate, measure_kernels
@@ -70,6 +88,7 @@ from dreamshard.state import state_dir
 from dreamshard.tables.traces import table_batch_size
 
 RESULTS = Path(__file__).parent / "results" / "torchrec_e2e.md"
+LABELS_RESULTS = Path(__file__).parent / "results" / "torchrec_e2e_labels.md"
 PROFILE_PROGRAM = "gpu_tasks.dmp_step_profile"  # the torchrun program that profiles steps
 PROFILED = (
     "lookup",
@@ -111,20 +130,6 @@ def place_task(task: PlacementTask, model, device: str) -> dict[str, Placement |
     return plans
 
 
-def distinct(plans: dict[str, Placement | dict]) -> tuple[list, dict[str, int]]:
-    """The distinct plans (identical placements measured once) and each name's index."""
-    unique: list = []
-    keys: list = []
-    index: dict[str, int] = {}
-    for name, plan in plans.items():
-        key = (plan.devices, plan.splits) if isinstance(plan, Placement) else name
-        if key not in keys:
-            keys.append(key)
-            unique.append(plan)
-        index[name] = keys.index(key)
-    return unique, index
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="cpu-24x2", help="held-out tasks of this suite")
@@ -156,13 +161,56 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_false",
         help="skip profiling where the first task's steps spend their time",
     )
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument(
+        "--dmp-model",
+        help="compare instead dreamshard with this model (fitted on DMP step labels: dreamshard "
+        "train --backend dmp) against dreamshard with --model (kernel labels), TorchRec's "
+        "planner given the step's batch and lookup, on the held-out tasks of --suites "
+        "(torchrec_e2e_labels.py); no calibration, proxy or profile",
+    )
+    parser.add_argument(
+        "--suites",
+        default="cpu-24x2,cpu-48x2,cpu-80x2",
+        help="with --dmp-model: the suites whose first --tasks test tasks are compared",
+    )
+    parser.add_argument("--out", help=f"report (default {RESULTS}, or {LABELS_RESULTS})")
     return parser.parse_args(argv)
+
+
+def compare_labels(args: argparse.Namespace, argv: list[str]) -> str:
+    """The `--dmp-model` run (`torchrec_e2e_labels.py`)."""
+    began = time.monotonic()
+    dmp_model = resolve_model(args.dmp_model)
+    kernel_model, kernel_note = dreamshard_model(args)
+    backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    suites = labels.measure_suites(args, backend, dmp_model, kernel_model, log)
+    result = {
+        "args": vars(args),
+        "hardware": hardware(),
+        "versions": {**versions(), "torchrec": torchrec_version()},
+        "dmp": describe_costs(backend.config()),
+        "models": {
+            "dreamshard_dmp": f"`{args.dmp_model}`, {trained_on(dmp_model)}, made by "
+            f"`{train_command(dmp_model)}`",
+            "dreamshard": f"{kernel_note}, made by `{train_command(kernel_model)}`",
+        },
+        "suites": suites,
+        "figures": labels.figures(suites),
+        "seconds": time.monotonic() - began,
+    }
+    report = labels.render(result, argv)
+    write_report(args.out or LABELS_RESULTS, report, result)
+    print(report)
+    return report
 
 
 def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv  # the report records the command as run
     args = parse_args(argv)
+    if args.dmp_model:
+        return compare_labels(args, argv)
+    args.out = args.out or str(RESULTS)
     began = time.monotonic()
     loads, seconds = [os.getloadavg()[0]], {}
 

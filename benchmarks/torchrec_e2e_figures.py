@@ -167,3 +167,17 @@ def balanced_bounds(per_task: list[dict], profiled: list[dict]) -> dict:
             if out[name][clock]:
                 out[name][f"{clock}_bound"] = placed_mean([f["bound"] for f in out[name][clock]])
     return out
+
+
+def distinct(plans: dict[str, Placement | dict]) -> tuple[list, dict[str, int]]:
+    """The distinct plans (identical placements measured once) and each name's index."""
+    unique: list = []
+    keys: list = []
+    index: dict[str, int] = {}
+    for name, plan in plans.items():
+        key = (plan.devices, plan.splits) if isinstance(plan, Placement) else name
+        if key not in keys:
+            keys.append(key)
+            unique.append(plan)
+        index[name] = keys.index(key)
+    return unique, index
