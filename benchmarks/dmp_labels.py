@@ -3,7 +3,7 @@ held-out tasks' placements, and how noisy those step labels are (issue 29).
 
 Run: .venv/bin/python benchmarks/dmp_labels.py --model DMP_MODEL [--model KERNEL_MODEL ...]
          [--suites cpu-24x2,cpu-48x2,cpu-80x2] [--tasks 8] [--per-task 8] [--steps 20]
-         [--warmup 5] [--rounds 3] [--dataset FILE] [--out REPORT.md]
+         [--warmup 5] [--rounds 3] [--clock wall|cpu] [--pin] [--dataset FILE] [--out REPORT.md]
 Smoke run: --suites cpu-6x2 --tasks 2 --per-task 4 --steps 2 --warmup 1
 
 Held out: each suite's first `--tasks` test tasks (tables no training task holds), `--per-task`
@@ -63,6 +63,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per plan and round")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per launch")
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="which time a step is (wall)"
+    )
+    parser.add_argument("--pin", action="store_true", help="bind each rank to a core of its own")
     parser.add_argument("--dataset", help="where the held-out labels are stored")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -119,7 +123,8 @@ def main(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     began = time.monotonic()
     models = [(name, resolve_model(name)) for name in args.model]
-    backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps), rounds=args.rounds)
+    steps = StepConfig(warmup=args.warmup, steps=args.steps, clock=args.clock, pin=args.pin)
+    backend = DmpBackend(steps, rounds=args.rounds)
     path = Path(args.dataset) if args.dataset else state_dir() / "dmp_labels" / "costs-dmp.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
     dataset = CostDataset(path)

@@ -150,6 +150,9 @@ def run_rank(job: dict) -> dict:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(job["threads"])
+        if job.get("pin") and hasattr(os, "sched_setaffinity"):
+            cores = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, {cores[local % len(cores)]})
     tables = [table_from_record(r, f"job table {i}") for i, r in enumerate(job["tables"])]
     batch = rank_batch(tables, job["global_batch"], rank, world, device)
     labels = torch.from_numpy(

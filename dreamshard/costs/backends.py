@@ -67,5 +67,12 @@ def describe_costs(config: dict) -> str:
             f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up "
             f"({clocks[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
             "into terms)"
+            + (", each rank bound to a core of its own" if steps.get("pin") else "")
+            + (
+                f"; a label: the median over {config['rounds']} interleaved rounds beside the "
+                f"task's {config['reference']} plan"
+                if "rounds" in config
+                else ""
+            )
         )
     return f"{name} backend"

@@ -67,6 +67,7 @@ class StepConfig:
     device: str = "auto"  # "auto": CUDA when present (one GPU per rank), else the CPU
     seed: int = 0
     clock: str = "wall"  # or "cpu": each rank's CPU time during the step (CPU runs only)
+    pin: bool = False  # on the CPU, each rank bound to a core of its own (rank i: the i-th)
 
 
 @dataclass(frozen=True)
