@@ -25,9 +25,11 @@ variation over rounds of its step divided by the reference plan's step in the sa
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
-from dataclasses import replace
+from collections import Counter
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +42,11 @@ from dreamshard.evaluation.models import train_command, trained_on
 from dreamshard.evaluation.report_files import fenced_table, torchrec_version, write_report
 from dreamshard.evaluation.rounds import spearman
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
-from dreamshard.learn.model_file import resolve_model
+from dreamshard.learn.costnet_data import load_examples
+from dreamshard.learn.costnet_fit import fit_costnet
+from dreamshard.learn.model_file import DreamShardModel, resolve_model
+from dreamshard.learn.train import fresh_state
+from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.planners.dreamshard_planner import predicted_overall
 from dreamshard.state import state_dir
@@ -54,7 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--model",
         action="append",
-        required=True,
+        default=[],
         help="a model to judge (file, train --out folder, shipped or models:/...); repeat",
     )
     parser.add_argument("--suites", default="cpu-24x2,cpu-48x2,cpu-80x2", help="comma-separated")
@@ -68,6 +74,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--pin", action="store_true", help="bind each rank to a core of its own")
     parser.add_argument("--dataset", help="where the held-out labels are stored")
+    parser.add_argument(
+        "--fit",
+        metavar="DATASET",
+        help="also fit cost networks on this dataset's DMP labels (a collection's or a dmp "
+        "training run's costs.sqlite; its suites' test tasks left out), one per --fit-labels "
+        "design, each the shipped network fine-tuned with the log-ratio loss, and judge them",
+    )
+    parser.add_argument("--fit-labels", default="raw,step-split", help="label designs to fit")
+    parser.add_argument("--fit-steps", type=int, default=1000, help="Adam steps of each fit")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.tasks < 1 or args.per_task < 3:
@@ -118,11 +133,54 @@ def judge(model, found: list[tuple]) -> list[float]:
     return rhos
 
 
+def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, object, str]]:
+    """(name, model, how it was made) per label design: the shipped network fine-tuned on the
+    dataset's most common DMP settings' measurements (log-ratio loss, seed 0, no prior)."""
+    if not Path(path).exists():
+        raise DreamshardError(f"--fit: no cost dataset at {path}")
+    dataset = CostDataset(path)
+    configs = Counter(row["config"] for row in dataset.rows(backend="dmp"))
+    if not configs:
+        raise DreamshardError(f"--fit: {path} holds no DMP measurement")
+    config = json.loads(configs.most_common(1)[0][0])
+    backend = DmpBackend(StepConfig(**config["steps"]))
+    fitted = []
+    for design in designs:
+        train = TrainConfig(
+            backend="dmp",
+            costnet_loss="log-ratio",
+            labels=design,
+            iterations=1,
+            costnet_steps=steps,
+            seed=0,
+        )
+        examples = load_examples(dataset, config, design, fitting=True)
+        if len(examples) < 5:
+            raise DreamshardError(f"--fit: {len(examples)} {design} examples in {path}")
+        state = fresh_state(train, backend)
+        fit_costnet(state, train, examples)
+        model = DreamShardModel(state.costnet, state.policy, {"config": asdict(train)})
+        how = (
+            f"the shipped network fine-tuned by this script on {len(examples)} DMP measurements "
+            f"of `{path}` ({design} labels, log-ratio loss, {steps} Adam steps, seed 0, no prior)"
+        )
+        fitted.append((f"fit:{design}", model, how))
+    return fitted
+
+
 def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     began = time.monotonic()
     models = [(name, resolve_model(name)) for name in args.model]
+    notes = {name: (trained_on(model), train_command(model)) for name, model in models}
+    if args.fit:
+        designs = [d.strip() for d in args.fit_labels.split(",") if d.strip()]
+        for name, model, how in fitted_models(args.fit, designs, args.fit_steps):
+            models.append((name, model))
+            notes[name] = (how, "")
+    if not models:
+        raise DreamshardError("nothing to judge: give --model or --fit")
     steps = StepConfig(warmup=args.warmup, steps=args.steps, clock=args.clock, pin=args.pin)
     backend = DmpBackend(steps, rounds=args.rounds)
     path = Path(args.dataset) if args.dataset else state_dir() / "dmp_labels" / "costs-dmp.sqlite"
@@ -146,8 +204,7 @@ def main(argv: list[str] | None = None) -> str:
         "dataset": str(path),
         "seconds": time.monotonic() - began,
         "models": {
-            name: {"trained_on": trained_on(model), "command": train_command(model)}
-            for name, model in models
+            name: {"trained_on": notes[name][0], "command": notes[name][1]} for name, _ in models
         },
         "suites": {},
     }

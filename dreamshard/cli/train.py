@@ -130,7 +130,8 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "help": "the cost network's labels: raw costs, or normalised by the reference group "
         "timed with each fbgemm measurement, so labels from different runs agree (per-term: "
         "the forward and backward each by the reference's own); measurements without one are "
-        "left out",
+        "left out. step-split (--backend dmp): each rank's step as its own CPU work and the "
+        "rest (waits in the exchanges), the network's forward and communication heads",
     },
     "rehearsal_share": {
         "type": share,

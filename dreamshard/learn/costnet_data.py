@@ -99,15 +99,34 @@ def measured_rows(
 
 def labelled_cost(row, labels: str) -> PlacementCost | None:
     """A stored measurement's cost as `labels` are: as measured ("raw"), or normalised by the
-    reference group timed with it (per term: "per-term"); None when it has no reference time
-    to normalise by (older records, measured communication)."""
+    reference group timed with it (per term: "per-term"), or a DMP step split into each rank's
+    own work and the rest ("step-split"); None when it has no reference time to normalise by
+    (older records, measured communication) or is no DMP step."""
     cost = record_cost(row)
     if labels == "raw":
         return cost
+    if labels == "step-split":
+        return step_split(cost)
     try:
         return normalised(cost, per_term=labels == "per-term")
     except DreamshardError:  # no reference time recorded to normalise by
         return None
+
+
+def step_split(cost: PlacementCost) -> PlacementCost | None:
+    """A DMP step (`info["terms"] == "step"`) per rank split in two: the rank's own CPU time in
+    the step as its `fwd_comp`, and the rest of its wall-clock step (waiting for the other
+    ranks in the exchanges, and being preempted) halved into `fwd_comm` and `bwd_comm`, the
+    terms the network composes twice. Each rank's total stays its wall-clock step. None for a
+    record that is not such a step."""
+    wall, cpu = cost.info.get("wall_ms"), cost.info.get("cpu_ms")
+    if cost.info.get("terms") != "step" or not wall or not cpu or len(wall) != len(cost.devices):
+        return None
+    devices = tuple(
+        DeviceCost(min(c, w), max(w - c, 0.0) / 2, max(w - c, 0.0) / 2, 0.0, d.cv)
+        for w, c, d in zip(wall, cpu, cost.devices, strict=True)
+    )
+    return replace(cost, devices=devices)
 
 
 def record_cost(row) -> PlacementCost:

@@ -11,7 +11,8 @@ LOSS_CHOICES = ("auto", *COSTNET_LOSSES)
 SHIPPED = "shipped"  # the name --model and --init-model know the package's own model by
 # learn/costnet.py, CostNet (kept here free of torch)
 COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
-LABELS = ("raw", "normalised", "per-term")  # learn/costnet_data.py, load_examples
+# learn/costnet_data.py, load_examples ("step-split": DMP steps, each rank's own CPU work apart)
+LABELS = ("raw", "normalised", "per-term", "step-split")
 
 
 @dataclass
@@ -33,7 +34,9 @@ class TrainConfig:
     costnet_encoder: str = "quantities"
     # the cost network's labels: "raw" costs, or "normalised" by the reference group timed with
     # each fbgemm measurement, or "per-term": forward and backward each by the reference's own
-    # (costs/reference.py; measurements without one are left out)
+    # (costs/reference.py; measurements without one are left out); "step-split": a DMP step
+    # per rank as its own CPU work (forward head) and the rest of its wall-clock step (waits,
+    # exchanges; the communication heads)
     labels: str = "raw"
     policy_updates: int = 10
     episodes: int = 10
