@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from dreamshard.cli.args import positive
-from dreamshard.cli.train import FINE_TUNING, training_options
+from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.ablation import (
@@ -103,7 +103,7 @@ def main() -> None:
     if args.rerender and args.backend != "fbgemm":
         parser.error("--rerender re-renders a --backend fbgemm run only")
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    fitting = {name: getattr(args, name) for name in FINE_TUNING}
+    fitting = fine_tuning(args, args.backend)
     if args.backend == "fbgemm":  # the learned rows on a network fine-tuned on this host
         config = TrainConfig(
             suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0, **fitting

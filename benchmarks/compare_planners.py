@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from planners_report import REFINED, SPLIT_AUTO, render
 
-from dreamshard.cli.train import FINE_TUNING, training_options
+from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
@@ -188,7 +188,7 @@ def model_for(args: argparse.Namespace, log) -> tuple[DreamShardModel, str]:
         backend=args.train_backend,
         out=str(out),
         iterations=args.train_iterations,
-        **{name: getattr(args, name) for name in FINE_TUNING},
+        **fine_tuning(args, args.train_backend),
     )
     return train_for_run(config, log, fresh=not args.resume)
 

@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from dreamshard.learn.model_file import save_model
 from dreamshard.learn.train import train_costnet
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import TrainConfig, default_loss
 from dreamshard.report import markdown_table
 from flows.common import mlflow_run, publish, work_dir
 
@@ -32,6 +32,7 @@ def train_cost_model(
     config = TrainConfig(
         suite=suite,
         backend=backend,
+        costnet_loss=default_loss(backend),
         out=str(folder),
         costnet_steps=steps,
         seed=seed,

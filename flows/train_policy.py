@@ -11,7 +11,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import TrainConfig
+from dreamshard.learn.train_config import TrainConfig, default_loss
 from dreamshard.report import markdown_table
 from dreamshard.tracking import COSTNET_MODEL, POLICY_MODEL, log_registered_model
 from flows.common import mlflow_run, publish, work_dir
@@ -77,6 +77,7 @@ def train_policy(
     config = TrainConfig(
         suite=suite,
         backend=backend,
+        costnet_loss=default_loss(backend),
         out=str(folder / "policy"),
         iterations=iterations,
         placements_per_iteration=placements_per_iteration,

@@ -14,7 +14,7 @@ import pytest
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.integrations.dmp_backend import REFERENCE, DmpBackend, StepConfig
-from dreamshard.learn.costnet_data import load_examples, record_cost
+from dreamshard.learn.costnet_data import load_examples, record_cost, step_split
 from dreamshard.learn.model_file import load_model
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement
@@ -72,6 +72,10 @@ def test_a_dmp_collection_stores_step_labels_and_resumes_after_kill_9(tmp_path):
         assert cost.overall == pytest.approx(max(d.fwd_comp for d in cost.devices))
         assert len(cost.info["reference_ms"]) == len(cost.info["round_ms"]) == 3
         assert cost.info["paired_ratio"] > 0
+        split = step_split(cost)  # each rank's own CPU work, and the rest of its wall step
+        assert [d.total for d in split.devices] == pytest.approx(cost.info["wall_ms"])
+        cpu = [min(c, w) for c, w in zip(cost.info["cpu_ms"], cost.info["wall_ms"])]
+        assert [d.fwd_comp for d in split.devices] == pytest.approx(cpu)
     config = json.loads(rows[0]["config"])
     assert config["reference"] == REFERENCE
     assert len(load_examples(CostDataset(dataset), config)) == 3
@@ -108,12 +112,14 @@ def test_training_on_dmp_labels_runs_end_to_end(tmp_path, cli):
     args = ["train", "--suite", SUITE, "--backend", "dmp", "--measure-iterations", "2"]
     args += ["--out", str(out), "--iterations", "1", "--warm-start", "3", "--train-tasks", "1"]
     args += ["--placements-per-iteration", "2", "--costnet-steps", "5", "--pretrain", "0"]
-    args += ["--policy-updates", "1", "--episodes", "2", "--costnet-loss", "auto"]
+    args += ["--policy-updates", "1", "--episodes", "2"]
     done = cli(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     model = load_model(out / "model.pt")
     assert model.metadata["backend"]["backend"] == "dmp"
     assert model.costnet.comm is None  # the step's exchanges are measured, not modeled
+    # steps far below the shipped network's cost scale: fine-tuned with its relative loss
+    assert model.metadata["config"]["costnet_loss"] == "log-ratio"
     rows = CostDataset(out / "costs.sqlite").rows()
     assert len(rows) >= 3 and all(record_cost(row).info["terms"] == "step" for row in rows)
     tables = generated_tables(tmp_path / "tables.json", 6)

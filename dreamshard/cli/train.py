@@ -17,6 +17,7 @@ from dreamshard.learn.train_config import (
     LOSS_CHOICES,
     PretrainConfig,
     TrainConfig,
+    default_loss,
 )
 
 
@@ -115,7 +116,8 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "relative (squared relative error), log (squared error of log costs), log-ratio (the "
         "shipped network's pre-training loss) or auto (log-ratio when fine-tuning the shipped "
         "network, mse otherwise; with --rehearsal 200 it keeps the shipped network's wins on "
-        "tables unlike the suite's, docs/learning.md)",
+        "tables unlike the suite's, docs/learning.md); default mse, auto with --backend dmp",
+        "default": None,
     },
     "costnet_encoder": {
         "choices": COSTNET_ENCODERS,
@@ -188,19 +190,32 @@ def training_options(
     for name in names:
         settings = dict(TRAIN_OPTIONS[name])
         flag = settings.pop("flag", f"--{name.replace('_', '-')}")
-        value = getattr(defaults, name)
+        told = "default" in settings  # a default its help tells itself
+        value = settings.pop("default") if told else getattr(defaults, name)
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
         shown = "none" if value is None or value == () else shown
-        if settings.get("action") is None:
+        if settings.get("action") is None and not told:
             text = settings.get("help", "")
             settings["help"] = f"{text} (default {shown})" if text else f"default {shown}"
         parser.add_argument(flag, dest=name, default=value, **settings)
 
 
+def fine_tuning(args: argparse.Namespace, backend: str) -> dict:
+    """The `FINE_TUNING` options `args` holds, a loss not given being `backend`'s."""
+    given = {name: getattr(args, name) for name in FINE_TUNING}
+    if given["costnet_loss"] is None:
+        given["costnet_loss"] = default_loss(backend)
+    return given
+
+
 def config_from(args: argparse.Namespace, **fixed) -> TrainConfig:
-    """The TrainConfig of the options `args` holds (`training_options`), and `fixed`."""
+    """The TrainConfig of the options `args` holds (`training_options`), and `fixed`; a loss
+    not given is the backend's (`default_loss`)."""
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
-    return TrainConfig(**{**given, **fixed})
+    given = {**given, **fixed}
+    if given.get("costnet_loss", "") is None:
+        given["costnet_loss"] = default_loss(given.get("backend", TrainConfig.backend))
+    return TrainConfig(**given)
 
 
 def add_train_command(sub) -> None:

@@ -87,6 +87,13 @@ def starts_from_shipped(config: TrainConfig) -> bool:
     return config.init_model in ("", SHIPPED) and config.costnet_encoder == "quantities"
 
 
+def default_loss(backend: str) -> str:
+    """The cost network's loss a run on `backend` takes unless told: "auto" on `dmp`, whose
+    whole training steps (10-100 ms here) sit under 1% of the shipped network's cost scale,
+    where mse on scaled costs hardly moves it; the config's own default ("mse") otherwise."""
+    return "auto" if backend == "dmp" else TrainConfig.costnet_loss
+
+
 def fitting_loss(config: TrainConfig) -> str:
     """The cost network's loss for `config`: its own, or for "auto" the shipped network's
     pre-training loss ("log-ratio") when the run fine-tunes that network, so its costs that
