@@ -229,9 +229,8 @@ def render(result: dict, argv: list[str]) -> str:
         "",
         f"Command: `.venv/bin/python benchmarks/dmp_labels.py {' '.join(argv)}`",
         f"Host: {result['hardware']}; {result['versions']}. One host for every figure.",
-        f"Labels: {result['dmp']}; {args['rounds']} interleaved rounds a launch beside the "
-        f"task's reference plan; stored in `{result['dataset']}`. {result['seconds']:.0f} s "
-        "in all.",
+        f"Labels: {result['dmp']}; stored in `{result['dataset']}`. "
+        f"{result['seconds']:.0f} s in all.",
         f"Held out: the first {args['tasks']} test tasks of each suite (2 ranks), "
         f"{args['per_task']} placements each (random and the four heuristics).",
         "",
