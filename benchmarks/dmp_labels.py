@@ -73,6 +73,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--clock", choices=["wall", "cpu"], default="wall", help="which time a step is (wall)"
     )
     parser.add_argument("--pin", action="store_true", help="bind each rank to a core of its own")
+    parser.add_argument(
+        "--interleave",
+        choices=["turns", "steps"],
+        default="steps",
+        help="one step of each plan in turn (steps, the default), or a plan's timed steps in "
+        "a row (turns)",
+    )
     parser.add_argument("--dataset", help="where the held-out labels are stored")
     parser.add_argument(
         "--fit",
@@ -181,7 +188,13 @@ def main(argv: list[str] | None = None) -> str:
             notes[name] = (how, "")
     if not models:
         raise DreamshardError("nothing to judge: give --model or --fit")
-    steps = StepConfig(warmup=args.warmup, steps=args.steps, clock=args.clock, pin=args.pin)
+    steps = StepConfig(
+        warmup=args.warmup,
+        steps=args.steps,
+        clock=args.clock,
+        pin=args.pin,
+        interleave=args.interleave,
+    )
     backend = DmpBackend(steps, rounds=args.rounds)
     path = Path(args.dataset) if args.dataset else state_dir() / "dmp_labels" / "costs-dmp.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)

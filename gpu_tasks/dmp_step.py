@@ -169,14 +169,35 @@ def run_rank(job: dict) -> dict:
     losses = [[float("nan"), float("nan")] for _ in models]
     order_rng = np.random.default_rng(job["seed"])  # the same order on every rank
     for r in range(rounds):
-        for p in order_rng.permutation(plans):
-            model, optimizer = models[p]
-            warm, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
-            if r == 0:
-                losses[p][0] = loss  # after the first warm-up steps
-            timed, losses[p][1] = run_steps(model, optimizer, batch, labels, job["steps"], device)
-            step_ms[r, p], cpu_ms[r, p] = np.median(timed, axis=0)
-            spread[r, p] = timed[:, 0].std() / timed[:, 0].mean()
+        order = order_rng.permutation(plans)
+        timed = {}
+        if job.get("interleave", "turns") == "steps":
+            # every plan warmed up, then one timed step of each in turn, `steps` times: a slow
+            # moment of the host falls on every plan alike
+            for p in order:
+                model, optimizer = models[p]
+                _, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
+                if r == 0:
+                    losses[p][0] = loss  # after the first warm-up steps
+            parts = {p: [] for p in order}
+            for _ in range(job["steps"]):
+                for p in order:
+                    model, optimizer = models[p]
+                    one, losses[p][1] = run_steps(model, optimizer, batch, labels, 1, device)
+                    parts[p].append(one)
+            timed = {p: np.concatenate(parts[p]) for p in order}
+        else:  # in turns: each plan's warm-up and timed steps together
+            for p in order:
+                model, optimizer = models[p]
+                _, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
+                if r == 0:
+                    losses[p][0] = loss  # after the first warm-up steps
+                timed[p], losses[p][1] = run_steps(
+                    model, optimizer, batch, labels, job["steps"], device
+                )
+        for p, times in timed.items():
+            step_ms[r, p], cpu_ms[r, p] = np.median(times, axis=0)
+            spread[r, p] = times[:, 0].std() / times[:, 0].mean()
     return {
         "device": str(device),
         "step_ms": step_ms.tolist(),

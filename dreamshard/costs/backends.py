@@ -69,6 +69,11 @@ def describe_costs(config: dict) -> str:
             "into terms)"
             + (", each rank bound to a core of its own" if steps.get("pin") else "")
             + (
+                "; the plans' steps interleaved one by one"
+                if steps.get("interleave") == "steps"
+                else "; each plan's steps in a turn of their own"
+            )
+            + (
                 f"; a label: the median over {config['rounds']} interleaved rounds beside the "
                 f"task's {config['reference']} plan"
                 if "rounds" in config
