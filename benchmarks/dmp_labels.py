@@ -175,6 +175,23 @@ def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, 
     return fitted
 
 
+def reliability(found: list[tuple]) -> list[float]:
+    """Per task, the Spearman correlation of its placements' first round with the mean of
+    their other rounds: how well the measurement ranks them against itself, the ceiling of any
+    model's figure (NaN with one round)."""
+    by_task: dict[str, list] = {}
+    for task, _, cost in found:
+        by_task.setdefault(task.name, []).append(cost.info.get("round_ms", []))
+    rhos = []
+    for rounds in by_task.values():
+        ms = np.array(rounds)
+        if ms.ndim != 2 or ms.shape[1] < 2:
+            rhos.append(float("nan"))
+            continue
+        rhos.append(spearman(ms[:, 0], ms[:, 1:].mean(axis=1)))
+    return rhos
+
+
 def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -228,6 +245,7 @@ def main(argv: list[str] | None = None) -> str:
             "tasks": len({t.name for t, _, _ in found}),
             "paired_cv": cvs,
             "spearman": {name: judge(model, found) for name, model in models},
+            "reliability": reliability(found),
         }
     report = render(result, argv)
     write_report(args.out, report, result)
@@ -260,22 +278,35 @@ def render(result: dict, argv: list[str]) -> str:
     ]
     names = list(result["models"])
     rows = []
-    pooled: dict[str, list[float]] = {name: [] for name in names}
+    pooled: dict[str, list[float]] = {name: [] for name in [*names, "one round"]}
     for suite, figures in result["suites"].items():
         cells = [suite, figures["tasks"]]
         for name in names:
             rhos = figures["spearman"][name]
             pooled[name] += rhos
             cells.append("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(rhos)))
+        pooled["one round"] += figures.get("reliability", [])
+        cells.append(
+            "{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(figures.get("reliability", [])))
+        )
         rows.append(cells)
     rows.append(
         [
             "all",
             sum(f["tasks"] for f in result["suites"].values()),
-            *("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(pooled[n])) for n in names),
+            *(
+                "{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(pooled[n]))
+                for n in [*names, "one round"]
+            ),
         ]
     )
-    lines.append(fenced_table(" | ".join(["suite", "tasks", *names]), rows))
+    lines.append(fenced_table(" | ".join(["suite", "tasks", *names, "one round"]), rows))
+    lines += [
+        "",
+        "`one round`: the measurement against itself, each task's first round against the mean "
+        "of its other rounds: a label (the median of all rounds) is more reliable than one "
+        "round, but a model's figure cannot go much above what the labels agree with themselves.",
+    ]
     lines += [
         "",
         f"## Label noise: paired spread over rounds (target < {TARGET_CV:.0%})",
