@@ -217,11 +217,12 @@ def main(argv: list[str] | None = None) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     dataset = CostDataset(path)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    per_suite = {}
+    per_suite, measured_now = {}, 0
     for suite in suites:
         jobs = held_out_jobs(suite, args.tasks, args.per_task)
         print(f"{suite}: {len(jobs)} held-out placements under DMP", flush=True)
         summary = collect(jobs, backend, dataset, f"{suite} held out")
+        measured_now += summary.measured
         found = labelled(jobs, backend, dataset)
         if summary.errors:
             print(f"{suite}: {summary.errors} placements failed (left out)", flush=True)
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> str:
         "dmp": describe_costs(backend.config()),
         "dataset": str(path),
         "seconds": time.monotonic() - began,
+        "measured_now": measured_now,
         "models": {
             name: {"trained_on": notes[name][0], "command": notes[name][1]} for name, _ in models
         },
@@ -260,8 +262,9 @@ def render(result: dict, argv: list[str]) -> str:
         "",
         f"Command: `.venv/bin/python benchmarks/dmp_labels.py {' '.join(argv)}`",
         f"Host: {result['hardware']}; {result['versions']}. One host for every figure.",
-        f"Labels: {result['dmp']}; stored in `{result['dataset']}`. "
-        f"{result['seconds']:.0f} s in all.",
+        f"Labels: {result['dmp']}; stored in `{result['dataset']}`, "
+        f"{result.get('measured_now', '?')} of them measured by this run (the rest stored by "
+        f"an earlier run of the same command). {result['seconds']:.0f} s in all.",
         f"Held out: the first {args['tasks']} test tasks of each suite (2 ranks), "
         f"{args['per_task']} placements each (random and the four heuristics).",
         "",
