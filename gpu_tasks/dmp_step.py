@@ -150,7 +150,7 @@ def run_rank(job: dict) -> dict:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(job["threads"])
-        if job.get("pin") and hasattr(os, "sched_setaffinity"):
+        if job["pin"] and hasattr(os, "sched_setaffinity"):
             cores = sorted(os.sched_getaffinity(0))
             os.sched_setaffinity(0, {cores[local % len(cores)]})
     tables = [table_from_record(r, f"job table {i}") for i, r in enumerate(job["tables"])]
@@ -168,33 +168,32 @@ def run_rank(job: dict) -> dict:
     step_ms, cpu_ms, spread = (np.zeros((rounds, plans)) for _ in range(3))
     losses = [[float("nan"), float("nan")] for _ in models]
     order_rng = np.random.default_rng(job["seed"])  # the same order on every rank
+
+    def warm_up(p: int, r: int) -> None:
+        model, optimizer = models[p]
+        _, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
+        if r == 0:
+            losses[p][0] = loss  # after the first warm-up steps
+
+    def timed_steps(p: int, count: int) -> np.ndarray:
+        model, optimizer = models[p]
+        times, losses[p][1] = run_steps(model, optimizer, batch, labels, count, device)
+        return times
+
     for r in range(rounds):
         order = order_rng.permutation(plans)
-        timed = {}
-        if job.get("interleave", "turns") == "steps":
+        if job["interleave"] == "steps":
             # every plan warmed up, then one timed step of each in turn, `steps` times: a slow
             # moment of the host falls on every plan alike
             for p in order:
-                model, optimizer = models[p]
-                _, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
-                if r == 0:
-                    losses[p][0] = loss  # after the first warm-up steps
-            parts = {p: [] for p in order}
-            for _ in range(job["steps"]):
-                for p in order:
-                    model, optimizer = models[p]
-                    one, losses[p][1] = run_steps(model, optimizer, batch, labels, 1, device)
-                    parts[p].append(one)
-            timed = {p: np.concatenate(parts[p]) for p in order}
+                warm_up(p, r)
+            parts = [[timed_steps(p, 1) for p in order] for _ in range(job["steps"])]
+            timed = {p: np.concatenate([step[i] for step in parts]) for i, p in enumerate(order)}
         else:  # in turns: each plan's warm-up and timed steps together
+            timed = {}
             for p in order:
-                model, optimizer = models[p]
-                _, loss = run_steps(model, optimizer, batch, labels, job["warmup"], device)
-                if r == 0:
-                    losses[p][0] = loss  # after the first warm-up steps
-                timed[p], losses[p][1] = run_steps(
-                    model, optimizer, batch, labels, job["steps"], device
-                )
+                warm_up(p, r)
+                timed[p] = timed_steps(p, job["steps"])
         for p, times in timed.items():
             step_ms[r, p], cpu_ms[r, p] = np.median(times, axis=0)
             spread[r, p] = times[:, 0].std() / times[:, 0].mean()

@@ -195,17 +195,18 @@ def collect(
             todo.setdefault(keys[0], job)
     progress = Progress(len(todo), f"measuring on {backend.name}")
     per_launch = getattr(backend, "plans_per_launch", 1)
+    sink = _Sink(config, dataset, suite_name, summary, progress)  # what this process measures
     if fanout is not None:
         for measured in fanout.measure(todo.items()):
             _store_measured(measured, dataset, suite_name, summary, progress)
     elif per_launch > 1:  # a backend that measures many placements of a task in one launch
         for launch in launches(todo, per_launch):
             with measurement_lock(backend):
-                _measure_launch(launch, backend, config, dataset, suite_name, summary, progress)
+                _measure_launch(launch, backend, sink)
     else:
         for key, job in todo.items():
             with measurement_lock(backend):
-                _measure_one(key, job, backend, config, dataset, suite_name, summary, progress)
+                _measure_one(key, job, backend, sink)
     progress.close()
     return summary
 
@@ -221,25 +222,52 @@ def launches(todo: dict[str, Job], size: int) -> Iterator[list[tuple[str, Job]]]
             yield jobs[start : start + size]
 
 
-def _measure_launch(
-    launch: list[tuple[str, Job]],
-    backend: CostBackend,
-    config: dict,
-    dataset: CostDataset,
-    suite_name: str,
-    summary: CollectSummary,
-    progress: Progress,
-) -> None:
+@dataclass
+class _Sink:
+    """Where `collect` stores what it measures in this process, counting and telling each."""
+
+    config: dict
+    dataset: CostDataset
+    suite_name: str
+    summary: CollectSummary
+    progress: Progress
+
+    def stored(self, key: str, job: Job) -> bool:
+        """Whether another collector stored the job while this one waited (then counted)."""
+        if not self.dataset.has(key):
+            return False
+        self.summary.skipped += 1
+        self.progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
+        return True
+
+    def cost(self, key: str, job: Job, cost: PlacementCost) -> None:
+        self.dataset.append(
+            key, job.task, job.placement, cost, self.config, self.suite_name, job.round
+        )
+        self.summary.measured += 1
+        self.progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
+
+    def error(self, key: str, job: Job, exc: Exception) -> None:
+        """An error record under a key of its own, so the next run measures the job again."""
+        self.dataset.append(
+            f"{key}:error:{time.time_ns()}",
+            job.task,
+            job.placement,
+            None,
+            self.config,
+            self.suite_name,
+            job.round,
+            error=str(exc),
+        )
+        self.summary.errors += 1
+        self.progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+
+
+def _measure_launch(launch: list[tuple[str, Job]], backend: CostBackend, sink: _Sink) -> None:
     """Measure one task's placements in one launch (`backend.measure_batch`) and store each.
     A failed launch stores an error record for each of its placements (measured again next
     run), says why in one line, and the collection goes on."""
-    left = []
-    for key, job in launch:
-        if dataset.has(key):
-            summary.skipped += 1
-            progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
-        else:
-            left.append((key, job))
+    left = [(key, job) for key, job in launch if not sink.stored(key, job)]
     if not left:
         return
     task = left[0][1].task
@@ -252,23 +280,10 @@ def _measure_launch(
             file=sys.stderr,
         )
         for key, job in left:
-            dataset.append(
-                f"{key}:error:{time.time_ns()}",
-                job.task,
-                job.placement,
-                None,
-                config,
-                suite_name,
-                job.round,
-                error=str(exc),
-            )
-            summary.errors += 1
-            progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+            sink.error(key, job, exc)
         return
     for (key, job), cost in zip(left, costs, strict=True):
-        dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
-        summary.measured += 1
-        progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
+        sink.cost(key, job, cost)
 
 
 def _store_measured(
@@ -315,32 +330,13 @@ def store_measured(measured: Measured, dataset: CostDataset, suite_name: str) ->
     return True
 
 
-def _measure_one(
-    key: str,
-    job: Job,
-    backend: CostBackend,
-    config: dict,
-    dataset: CostDataset,
-    suite_name: str,
-    summary: CollectSummary,
-    progress: Progress,
-) -> None:
+def _measure_one(key: str, job: Job, backend: CostBackend, sink: _Sink) -> None:
     """Measure and store one job, unless another collector stored it while this one waited."""
-    if dataset.has(key):
-        summary.skipped += 1
-        progress.step(f"{job.task.name} {job.placement.method}: stored by another collector")
+    if sink.stored(key, job):
         return
     try:
         cost = backend.measure(job.task, job.placement)
     except DreamshardError as exc:
-        # an error record gets its own key, so the next run measures this placement again
-        error_key = f"{key}:error:{time.time_ns()}"
-        dataset.append(
-            error_key, job.task, job.placement, None, config, suite_name, job.round, error=str(exc)
-        )
-        summary.errors += 1
-        progress.step(f"{job.task.name} {job.placement.method}: error: {exc}")
+        sink.error(key, job, exc)
         return
-    dataset.append(key, job.task, job.placement, cost, config, suite_name, job.round)
-    summary.measured += 1
-    progress.step(f"{job.task.name} {job.placement.method}: {cost.overall:.2f} ms")
+    sink.cost(key, job, cost)
