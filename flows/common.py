@@ -28,8 +28,12 @@ from dreamshard.costs.fanout import (
     asked,
     dask_client,
     is_local,
+    launch_groups,
+    launches,
     local_cluster_options,
+    measure_launch,
     measurer,
+    plans_per_launch,
     worker_measurers,
     worker_resources,
 )
@@ -108,8 +112,35 @@ def measure_in_order(
 ) -> list[Measured]:
     """An evaluation task's placements measured round after round where the task runs (one
     worker: the rounds stay paired), each as `measure_placement` does; nothing is written
-    there. Its timeout is set per call."""
+    there; where the backend measures many placements in one launch, each round's are one
+    (`measure_batch`). Its timeout is set per call."""
+    size = plans_per_launch(spec)
+    if size > 1:
+        groups = launch_groups(keyed, size)
+        return [m for group in groups for m in measure_batch.fn(group, spec, host_slot)]
     return [measure_placement.fn(key, job, spec, host_slot) for key, job in keyed]
+
+
+@task(**{**MEASURING, "task_run_name": "measure {keyed[0][1].task.name}, one launch"})
+def measure_batch(
+    keyed: list[tuple[str, Job]], spec: BackendSpec, host_slot: bool = False
+) -> list[Measured]:
+    """Placements of one task measured in one launch where the task runs (`measure_launch`);
+    nothing is written there. A failed launch raises, so Prefect retries it whole."""
+    with host_turn(spec.name) if host_slot else nullcontext():
+        measured = measure_launch(keyed, spec)
+    if measured[0].cost is None:
+        raise DreamshardError(f"a launch of {keyed[0][1].task.name}: {measured[0].error}")
+    return measured
+
+
+def _measuring(keyed: list, size: int) -> tuple:
+    """The retried task that measures `keyed` and its arguments before the spec: one launch
+    (`measure_batch`, timed out for its placements) where the backend measures `size` > 1
+    placements in one, else its one job (`measure_placement`)."""
+    if size > 1:
+        return measure_batch.with_options(timeout_seconds=MEASURE_TIMEOUT_S * len(keyed)), (keyed,)
+    return measure_placement, keyed[0]
 
 
 @dataclass
@@ -125,7 +156,9 @@ class TaskFanout:
     occupies where workers declare them (`costs.fanout.asked`), which take the place of the
     Prefect slot: workers need no Prefect API. What fails after its retries is counted and
     never stored: a collection goes on; an evaluation, which needs every round, stops once
-    all that did come back is stored.
+    all that did come back is stored. Where the backend measures many placements of a task
+    in one launch (dmp), a collection's task's placements, and an evaluation task's round,
+    are one launch each (`measure_batch`).
     """
 
     spec: BackendSpec
@@ -134,28 +167,37 @@ class TaskFanout:
     workers: set = field(default_factory=set)  # processes that measured
 
     def measure(self, jobs: Iterable[tuple[str, Job]]) -> Iterator[Measured]:
-        calls = [(measure_placement, (key, job), job) for key, job in jobs]
-        for state in self._states(calls):
-            if state.is_completed():
-                measured = state.result()
+        """Each job measured by a retried task, or, where the backend measures many placements
+        of a task in one launch (dmp), each launch by one retried `measure_batch` task."""
+        size = plans_per_launch(self.spec)
+        batches = list(launches(jobs, size)) if size > 1 else [[keyed] for keyed in jobs]
+        calls = [(*_measuring(keyed, size), keyed[0][1]) for keyed in batches]
+        for keyed, state in zip(batches, self._states(calls), strict=True):
+            if not state.is_completed():
+                self.failed += len(keyed)
+                continue
+            result = state.result()
+            for measured in result if isinstance(result, list) else [result]:
                 self.workers.add(measured.worker)
                 yield measured
-            else:
-                self.failed += 1
 
     def measure_sequences(self, sequences) -> Iterator[tuple[int, list[Measured]]]:
         """(index, records) as they come back, a sequence's records in order: here one job at
         a time, on a cluster each sequence whole (one task on one worker)."""
         if not self.on_cluster:
+            size = plans_per_launch(self.spec)
             for n, keyed in enumerate(sequences):
-                for key, job in keyed:
-                    state = measure_placement(key, job, self.spec, True, return_state=True)
+                for group in launch_groups(keyed, size):
+                    measuring, args = _measuring(group, size)
+                    state = measuring(*args, self.spec, True, return_state=True)
                     if not state.is_completed():
                         self.failed += 1
-                        raise self._stopped(keyed, f"{job.placement.method}: {state.message}")
-                    measured = state.result()
-                    self.workers.add(measured.worker)
-                    yield n, [measured]
+                        what = f"{group[0][1].placement.method}: {state.message}"
+                        raise self._stopped(keyed, what)
+                    result = state.result()
+                    measured = result if isinstance(result, list) else [result]
+                    self.workers.update(m.worker for m in measured)
+                    yield n, measured
             return
         todo = [(n, keyed) for n, keyed in enumerate(sequences) if keyed]
         calls = [

@@ -90,7 +90,7 @@ def train_policy(
         init_model=init_model,
         cluster=cluster or "",
     )
-    params = {k: v for k, v in vars(config).items() if k != "measure_iterations"}
+    params = {k: v for k, v in vars(config).items() if not k.startswith("measure_")}
     with mlflow_run(
         "train-policy", suite, {**params, "fixed_costnet": fixed_costnet}, parent_run_id
     ) as run:

@@ -137,6 +137,15 @@ def test_bad_input_is_one_line_exit_2_and_no_plan(cli, tmp_path, content, args, 
     assert not plan.exists() and list(tmp_path.iterdir()) == ([spec] if content else [])
 
 
+def test_rounds_on_a_backend_without_rounds_is_refused_before_any_dataset(cli, tmp_path):
+    dataset = tmp_path / "costs.sqlite"
+    args = ["--suite", "cpu-20x2", "--placements", "1", "--dataset", str(dataset)]
+    result = cli("collect", *args, "--backend", "simulated", "--rounds", "3")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "dmp backend only" in lines[0]
+    assert not dataset.exists()
+
+
 def test_unreadable_file(cli, tmp_path):
     folder = tmp_path / "spec.csv"
     folder.mkdir()  # a folder where a file should be: unreadable as a file

@@ -13,6 +13,7 @@ import pytest
 
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
+from dreamshard.costs.fanout import BackendSpec, launch_groups, plans_per_launch
 from dreamshard.integrations.dmp_backend import REFERENCE, DmpBackend, StepConfig
 from dreamshard.learn.costnet_data import load_examples, record_cost, step_split
 from dreamshard.learn.model_file import load_model
@@ -28,6 +29,7 @@ FAST = StepConfig(warmup=1, steps=2)
 
 def collect_command(dataset, *more: str) -> list[str]:
     what = ["--suite", SUITE, "--train-tasks", "2", "--placements", "3", "--iterations", "2"]
+    what += ["--rounds", "2"]
     return [str(SCRIPT), "collect", "--backend", "dmp", *what, "--dataset", str(dataset), *more]
 
 
@@ -70,14 +72,14 @@ def test_a_dmp_collection_stores_step_labels_and_resumes_after_kill_9(tmp_path):
         assert cost.backend == "dmp" and cost.info["terms"] == "step"
         assert len(cost.devices) == 2 and all(d.fwd_comp > 0 for d in cost.devices)
         assert cost.overall == pytest.approx(max(d.fwd_comp for d in cost.devices))
-        assert len(cost.info["reference_ms"]) == len(cost.info["round_ms"]) == 3
+        assert len(cost.info["reference_ms"]) == len(cost.info["round_ms"]) == 2  # --rounds
         assert cost.info["paired_ratio"] > 0
         split = step_split(cost)  # each rank's own CPU work, and the rest of its wall step
         assert [d.total for d in split.devices] == pytest.approx(cost.info["wall_ms"])
         cpu = [min(c, w) for c, w in zip(cost.info["cpu_ms"], cost.info["wall_ms"])]
         assert [d.fwd_comp for d in split.devices] == pytest.approx(cpu)
     config = json.loads(rows[0]["config"])
-    assert config["reference"] == REFERENCE
+    assert config["reference"] == REFERENCE and config["rounds"] == 2
     assert len(load_examples(CostDataset(dataset), config)) == 3
 
 
@@ -110,6 +112,7 @@ def test_training_on_dmp_labels_runs_end_to_end(tmp_path, cli):
     steps, the shipped network fine-tuned on them, a model that places."""
     out = tmp_path / "run"
     args = ["train", "--suite", SUITE, "--backend", "dmp", "--measure-iterations", "2"]
+    args += ["--measure-rounds", "2"]
     args += ["--out", str(out), "--iterations", "1", "--warm-start", "3", "--train-tasks", "1"]
     args += ["--placements-per-iteration", "2", "--costnet-steps", "5", "--pretrain", "0"]
     args += ["--policy-updates", "1", "--episodes", "2"]
@@ -117,6 +120,7 @@ def test_training_on_dmp_labels_runs_end_to_end(tmp_path, cli):
     assert done.returncode == 0, done.stderr[-2000:]
     model = load_model(out / "model.pt")
     assert model.metadata["backend"]["backend"] == "dmp"
+    assert model.metadata["backend"]["rounds"] == 2
     assert model.costnet.comm is None  # the step's exchanges are measured, not modeled
     # steps far below the shipped network's cost scale: fine-tuned with its relative loss
     assert model.metadata["config"]["costnet_loss"] == "log-ratio"
@@ -125,3 +129,25 @@ def test_training_on_dmp_labels_runs_end_to_end(tmp_path, cli):
     tables = generated_tables(tmp_path / "tables.json", 6)
     placed = cli(*place_command(tables, 2, 1.0, "--model", str(out / "model.pt")))
     assert placed.returncode == 0, placed.stderr[-2000:]
+
+
+def test_an_evaluations_rounds_cut_into_one_launch_per_task_and_round():
+    """The flows' evaluation on dmp: a task's placements of one round are one launch (at most
+    `plans_per_launch` each), in the sequence's order."""
+    suite = make_suite(parse_suite_name(SUITE, num_train_tasks=2, num_test_tasks=1))
+    jobs = list(collection_jobs(suite, 6))
+    sequence = [
+        (f"{job.task.name}/{job.placement.method}/{r}", Job(job.task, job.placement, r))
+        for task in suite.train_tasks
+        for r in range(2)
+        for job in jobs
+        if job.task.name == task.name
+    ]
+    groups = list(launch_groups(sequence, 2))
+    assert [pair for group in groups for pair in group] == sequence
+    for group in groups:
+        assert len({(job.task.name, job.round) for _, job in group}) == 1 and len(group) <= 2
+    # 2 tasks x 2 rounds, each task's 3 placements a round: launches of 2 and 1
+    assert [len(group) for group in groups] == [2, 1] * 4
+    assert plans_per_launch(BackendSpec("dmp")) == DmpBackend().plans_per_launch > 1
+    assert plans_per_launch(BackendSpec("simulated")) == 1

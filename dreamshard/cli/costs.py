@@ -8,15 +8,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dreamshard.cli.args import load_table_source, positive, table_source_options, topology_name
-from dreamshard.costs.backends import BACKENDS, make_backend
+from dreamshard.costs.backends import BACKENDS
 from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.costs.types import COST_TERMS, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
 
 
+def _backend_spec(args: argparse.Namespace):
+    from dreamshard.costs.fanout import BackendSpec
+
+    return BackendSpec(args.backend, args.iterations, args.launcher, args.topology, args.rounds)
+
+
 def _backend(args: argparse.Namespace):
-    return make_backend(args.backend, args.iterations, args.launcher, args.topology)
+    return _backend_spec(args).build()
 
 
 def format_cost(cost: PlacementCost, config: dict) -> str:
@@ -76,15 +82,15 @@ def cmd_measure(args: argparse.Namespace) -> None:
 def cmd_collect(args: argparse.Namespace) -> None:
     from dreamshard.costs.collect import collect, collection_jobs
     from dreamshard.costs.dataset import CostDataset
-    from dreamshard.costs.fanout import BackendSpec, fanout_for
+    from dreamshard.costs.fanout import fanout_for
     from dreamshard.placement.suites import make_suite, parse_suite_name
     from dreamshard.state import default_dataset_path
 
     spec = parse_suite_name(args.suite, num_train_tasks=args.train_tasks, num_test_tasks=1)
     suite = make_suite(spec)
     jobs = list(collection_jobs(suite, args.placements, args.mix))
-    backend = _backend(args)
-    backend_spec = BackendSpec(args.backend, args.iterations, args.launcher, args.topology)
+    backend_spec = _backend_spec(args)
+    backend = backend_spec.build()
     with fanout_for(args.cluster, backend_spec) as fanout:
         dataset = CostDataset(args.dataset or default_dataset_path())
         summary = collect(jobs, backend, dataset, spec.name, fanout)
@@ -129,6 +135,12 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--iterations", type=positive(int), help="timed iterations per device (default 15)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive(int),
+        help="dmp: interleaved rounds a launch, a label being each rank's median over them "
+        "(default 3)",
     )
     parser.add_argument(
         "--launcher",

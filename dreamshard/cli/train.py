@@ -166,6 +166,11 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "type": positive(int),
         "help": "fbgemm: timed iterations per device; dmp: timed training steps per round",
     },
+    "measure_rounds": {
+        "type": positive(int),
+        "help": "dmp: interleaved rounds a launch, a label being each rank's median over them "
+        "(default 3; a label from one round agrees with the others' only 0.7-0.8 in rank)",
+    },
     "cluster": {
         "metavar": "ADDRESS",
         "help": "measure on a Dask cluster: a scheduler's address (tcp://HOST:8786) or local / "

@@ -12,10 +12,19 @@ DMP = "dreamshard.integrations.dmp_backend"
 
 
 def make_backend(
-    name: str, iterations: int | None = None, launcher: str = "inprocess", topology: str = "auto"
+    name: str,
+    iterations: int | None = None,
+    launcher: str = "inprocess",
+    topology: str = "auto",
+    rounds: int | None = None,
 ) -> CostBackend:
     """`fbgemm` (real kernels on this host), `simulated` (the calibrated analytic model) or
-    `dmp` (real TorchRec training steps under torchrun; `iterations` sets its timed steps)."""
+    `dmp` (real TorchRec training steps under torchrun; `iterations` sets its timed steps and
+    `rounds` its interleaved rounds a launch, of which a label is the median)."""
+    if rounds is not None and name != "dmp":
+        raise DreamshardError(
+            f"measurement rounds apply to the dmp backend only, not {name!r}; drop the rounds"
+        )
     if name == "fbgemm":
         from dreamshard.costs.fbgemm import FbgemmBackend
         from dreamshard.costs.tbe import TimingConfig
@@ -29,7 +38,8 @@ def make_backend(
     if name == "dmp":
         step_config = load_object(f"{DMP}:StepConfig")
         steps = step_config(steps=iterations) if iterations else step_config()
-        return load_object(f"{DMP}:DmpBackend")(steps)
+        backend = load_object(f"{DMP}:DmpBackend")
+        return backend(steps, rounds=rounds) if rounds else backend(steps)
     raise DreamshardError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
-from dreamshard.costs.fanout import Fanout, Measured, measuring_setups
+from dreamshard.costs.fanout import Fanout, Measured, launches, measuring_setups
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
@@ -200,7 +200,7 @@ def collect(
         for measured in fanout.measure(todo.items()):
             _store_measured(measured, dataset, suite_name, summary, progress)
     elif per_launch > 1:  # a backend that measures many placements of a task in one launch
-        for launch in launches(todo, per_launch):
+        for launch in launches(todo.items(), per_launch):
             with measurement_lock(backend):
                 _measure_launch(launch, backend, sink)
     else:
@@ -209,17 +209,6 @@ def collect(
                 _measure_one(key, job, backend, sink)
     progress.close()
     return summary
-
-
-def launches(todo: dict[str, Job], size: int) -> Iterator[list[tuple[str, Job]]]:
-    """The keyed jobs grouped by task (in the order tasks first come), in launches of at most
-    `size` placements of one task each."""
-    by_task: dict[tuple[str, int], list[tuple[str, Job]]] = {}
-    for key, job in todo.items():
-        by_task.setdefault((job.task.name, job.task.num_devices), []).append((key, job))
-    for jobs in by_task.values():
-        for start in range(0, len(jobs), size):
-            yield jobs[start : start + size]
 
 
 @dataclass

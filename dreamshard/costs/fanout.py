@@ -51,12 +51,18 @@ class BackendSpec:
     iterations: int | None = None
     launcher: str = "inprocess"
     topology: str = "auto"
+    rounds: int | None = None  # the dmp backend's interleaved rounds a launch (None: its own)
     # seconds each job waits, holding the lock, before it is measured: a stand-in for a slow
     # measurement (the fan-out benchmark's and tests' fixed-time jobs); 0 for real work
     delay_s: float = 0.0
 
     def make(self) -> CostBackend:
+        """This process's backend for these settings (made once, then kept)."""
         return _backend(self)
+
+    def build(self) -> CostBackend:
+        """A new backend with these settings."""
+        return make_backend(self.name, self.iterations, self.launcher, self.topology, self.rounds)
 
     def resources(self, job) -> dict[str, int]:
         """What one job occupies where it runs: a GPU per device of a placement run under
@@ -69,7 +75,7 @@ class BackendSpec:
 
 @cache
 def _backend(spec: BackendSpec) -> CostBackend:  # one per worker process and settings
-    return make_backend(spec.name, spec.iterations, spec.launcher, spec.topology)
+    return spec.build()
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,42 @@ def measure_one(key: str, job, spec: BackendSpec) -> Measured:
     return Measured(key, job, cost, error, backend.config(), hardware(), worker, started, finished)
 
 
+def measure_launch(keyed: Sequence[tuple[str, object]], spec: BackendSpec) -> list[Measured]:
+    """One task's placements measured here in one launch (the backend's `measure_batch`),
+    under this host's lock; never writes anything. A failed launch gives each its error."""
+    backend = spec.make()
+    task = keyed[0][1].task
+    with measurement_lock(backend):
+        started = time.time()
+        try:
+            costs, error = backend.measure_batch(task, [job.placement for _, job in keyed]), ""
+        except DreamshardError as exc:
+            costs, error = [None] * len(keyed), str(exc)
+        finished = time.time()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    config, machine = backend.config(), hardware()
+    return [
+        Measured(key, job, cost, error, config, machine, worker, started, finished)
+        for (key, job), cost in zip(keyed, costs, strict=True)
+    ]
+
+
+def plans_per_launch(spec: BackendSpec) -> int:
+    """How many placements of one task the backend measures in one launch (1: one at a time)."""
+    return getattr(spec.make(), "plans_per_launch", 1)
+
+
+def launches(keyed: Iterable[tuple[str, object]], size: int) -> Iterator[list[tuple[str, object]]]:
+    """The (key, job) pairs grouped by task (in the order tasks first come), in launches of at
+    most `size` placements of one task each."""
+    by_task: dict[tuple[str, int], list[tuple[str, object]]] = {}
+    for key, job in keyed:
+        by_task.setdefault((job.task.name, job.task.num_devices), []).append((key, job))
+    for jobs in by_task.values():
+        for start in range(0, len(jobs), size):
+            yield jobs[start : start + size]
+
+
 def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=None) -> Iterator:
     """Each (key, job) measured, in this process one after another (`client` None), or on the
     cluster `client` is connected to (each job anywhere), yielded as they finish."""
@@ -160,8 +202,36 @@ def measure_many(jobs: Iterable[tuple[str, object]], spec: BackendSpec, client=N
 
 
 def measure_sequence(keyed: Sequence[tuple[str, object]], spec: BackendSpec) -> list[Measured]:
-    """The jobs measured here one after another, in their order (each under the host's lock)."""
+    """The jobs measured here one after another, in their order (each under the host's lock);
+    where the backend measures many placements in one launch, each run of one task's jobs of
+    one round is one launch (`launch_groups`)."""
+    size = plans_per_launch(spec)
+    if size > 1:
+        return [m for group in launch_groups(keyed, size) for m in measure_launch(group, spec)]
     return [measure_one(key, job, spec) for key, job in keyed]
+
+
+def launch_groups(
+    keyed: Sequence[tuple[str, object]], size: int
+) -> Iterator[list[tuple[str, object]]]:
+    """A sequence of (key, job) cut, in its order, into runs of at most `size` jobs of one
+    task and one round (an evaluation task's round: one launch)."""
+    group: list[tuple[str, object]] = []
+    for key, job in keyed:
+        if group and (len(group) == size or not _same_launch(group[0][1], job)):
+            yield group
+            group = []
+        group.append((key, job))
+    if group:
+        yield group
+
+
+def _same_launch(first, job) -> bool:
+    return (first.task.name, first.task.num_devices, first.round) == (
+        job.task.name,
+        job.task.num_devices,
+        job.round,
+    )
 
 
 def measure_sequences(

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, key_machine
 from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for, measuring_setups
@@ -98,12 +97,22 @@ def suite_batch(config: TrainConfig, comm: dict | None) -> int:
     return int(table_batch_size(tables, comm["batch"] if comm else DEFAULT_BATCH))
 
 
+def backend_spec(config: TrainConfig) -> BackendSpec:
+    """The settings of the backend the run measures with."""
+    return BackendSpec(
+        config.backend,
+        config.measure_iterations,
+        topology=config.topology,
+        rounds=config.measure_rounds,
+    )
+
+
 def fresh_state(config: TrainConfig, backend=None) -> TrainState:
     """Untrained networks (or `config.init_model`'s) and optimizers; `backend` (the run's,
     made from `config` when not given) says whether the cost network models communication."""
     torch.manual_seed(config.seed)
     if backend is None:
-        backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
+        backend = backend_spec(config).build()
     comm = modeled_comm(backend)
     analytic = hybrid_base(config, comm) if config.costnet_encoder == "hybrid" else None
     batch = suite_batch(config, comm) if config.costnet_encoder == "quantities" else None
@@ -268,7 +277,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     Returns (model with an untrained policy, per-step losses, held-out errors).
     """
     config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
-    backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
+    backend = backend_spec(config).build()
     dataset = CostDataset(dataset_path(config))
     machines = most_measured_machine(backend.config(), dataset, log)
     examples = load_examples(dataset, backend.config(), config.labels, True, machines)
@@ -306,7 +315,7 @@ def train(config: TrainConfig, log=_say, on_iteration=None) -> DreamShardModel:
     With a cluster (`config.cluster`, or $DREAMSHARD_DASK_ADDRESS) its measurements fan out
     over Dask workers and this process writes what they return (`costs/fanout.py`)."""
     config = replace(config, costnet_loss=fitting_loss(config))  # recorded as fitted
-    spec = BackendSpec(config.backend, config.measure_iterations, topology=config.topology)
+    spec = backend_spec(config)
     with fanout_for(config.cluster, spec) as fanout:
         return _train(config, log, on_iteration, fanout)
 
@@ -358,7 +367,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
     spec = parse_suite_name(config.suite, num_train_tasks=config.train_tasks, num_test_tasks=1)
     suite = make_suite(spec)
     tasks = suite.train_tasks
-    backend = make_backend(config.backend, config.measure_iterations, topology=config.topology)
+    backend = backend_spec(config).build()
     dataset = CostDataset(dataset_path(config))
     fitted, machines = fitted_measurements(backend, fanout, dataset, log)
     checkpoint = out / "checkpoint.pt"

@@ -68,6 +68,7 @@ class TrainConfig:
     lookahead: bool = True  # the policy also weighs the cost network's one-step lookahead
     train_tasks: int = 50
     measure_iterations: int | None = None  # fbgemm timed iterations (None: the backend's)
+    measure_rounds: int | None = None  # dmp interleaved rounds a launch (None: the backend's)
     # the all-to-all model where it is modeled (costs/comm.py TOPOLOGIES); "auto": cpu-gloo on
     # the simulated backend, the device's own on fbgemm
     topology: str = "auto"
