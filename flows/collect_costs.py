@@ -28,6 +28,7 @@ def collect_costs(
     out: str | None = None,
     parent_run_id: str | None = None,
     cluster: str | None = None,
+    train_tasks: int = 50,
 ) -> dict:
     """Measure `placements` heuristic and random placements (each one a retried task).
 
@@ -43,9 +44,10 @@ def collect_costs(
         "placements": placements,
         "mix": mix,
         "dataset": dataset,
+        "train_tasks": train_tasks,
     }
     with mlflow_run("collect-costs", suite, params, parent_run_id):
-        spec = parse_suite_name(suite, num_test_tasks=1)
+        spec = parse_suite_name(suite, num_train_tasks=train_tasks, num_test_tasks=1)
         jobs = list(collection_jobs(make_suite(spec), placements, mix))
         counts = measured(jobs, backend, dataset, suite, bool(cluster))
         mlflow.log_metrics({f"placements_{k}": v for k, v in counts.items()})

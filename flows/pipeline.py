@@ -38,19 +38,28 @@ def pipeline(
     out: str | None = None,
     eval_backend: str | None = None,
     cluster: str | None = None,
+    train_tasks: int = 50,
 ) -> dict:
     """The four flows in a row, each an MLflow run nested under this one.
 
     `backend` measures what the models learn from; `eval_backend` (default: the same) measures
     the evaluation, for example "dmp" for real TorchRec training steps. `cluster` (a Dask
     scheduler's address, or local / local:N) measures the cost collection, the policy's
-    training and the evaluation (a task's rounds a job) on its workers.
+    training and the evaluation (a task's rounds a job) on its workers. `train_tasks`: the
+    suite's training tasks the collection and the policy's training spread over (on `dmp`, a
+    few, so that a launch measures several placements of one task).
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
         parent = run.info.run_id
         on_cluster(collect_costs, cluster)(
-            suite, backend, warm_start, out=out, parent_run_id=parent, cluster=cluster
+            suite,
+            backend,
+            warm_start,
+            out=out,
+            parent_run_id=parent,
+            cluster=cluster,
+            train_tasks=train_tasks,
         )
         costnet = train_cost_model(suite, backend, costnet_steps, seed, out, parent_run_id=parent)
         versions = train_policy(
@@ -66,6 +75,7 @@ def pipeline(
             out=out,
             parent_run_id=parent,
             cluster=cluster,
+            train_tasks=train_tasks,
         )
         result = on_cluster(evaluate_models, cluster)(
             suite,

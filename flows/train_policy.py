@@ -63,6 +63,7 @@ def train_policy(
     out: str | None = None,
     parent_run_id: str | None = None,
     cluster: str | None = None,
+    train_tasks: int = 50,
 ) -> dict:
     """Train, register the model; returns its registered versions {"policy", "costnet"}.
     With `cluster` (a Dask scheduler's address, or local / local:N) its measurements fan out
@@ -89,6 +90,7 @@ def train_policy(
         dataset=str(folder / "costs.sqlite"),
         init_model=init_model,
         cluster=cluster or "",
+        train_tasks=train_tasks,
     )
     params = {k: v for k, v in vars(config).items() if not k.startswith("measure_")}
     with mlflow_run(
