@@ -175,10 +175,12 @@ def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, 
     return fitted
 
 
-def reliability(found: list[tuple]) -> list[float]:
-    """Per task, the Spearman correlation of its placements' first round with the mean of
-    their other rounds: how well the measurement ranks them against itself, the ceiling of any
-    model's figure (NaN with one round)."""
+def reliability(found: list[tuple], split: str) -> list[float]:
+    """Per task, how well the measurement ranks its placements against itself, the ceiling of
+    any model's figure: `split` "one": the first round against the mean of the others;
+    "halves": the median of the even rounds against that of the odd ones (two labels of half
+    the rounds each; a label of all of them agrees with the truth better still). NaN with one
+    round."""
     by_task: dict[str, list] = {}
     for task, _, cost in found:
         by_task.setdefault(task.name, []).append(cost.info.get("round_ms", []))
@@ -187,9 +189,14 @@ def reliability(found: list[tuple]) -> list[float]:
         ms = np.array(rounds)
         if ms.ndim != 2 or ms.shape[1] < 2:
             rhos.append(float("nan"))
-            continue
-        rhos.append(spearman(ms[:, 0], ms[:, 1:].mean(axis=1)))
+        elif split == "one":
+            rhos.append(spearman(ms[:, 0], ms[:, 1:].mean(axis=1)))
+        else:
+            rhos.append(spearman(np.median(ms[:, ::2], axis=1), np.median(ms[:, 1::2], axis=1)))
     return rhos
+
+
+SELF = {"one round": "one", "halves": "halves"}  # the measurement against itself (`reliability`)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -247,7 +254,7 @@ def main(argv: list[str] | None = None) -> str:
             "tasks": len({t.name for t, _, _ in found}),
             "paired_cv": cvs,
             "spearman": {name: judge(model, found) for name, model in models},
-            "reliability": reliability(found),
+            "reliability": {name: reliability(found, split) for name, split in SELF.items()},
         }
     report = render(result, argv)
     write_report(args.out, report, result)
@@ -280,35 +287,35 @@ def render(result: dict, argv: list[str]) -> str:
         "",
     ]
     names = list(result["models"])
+    columns = [*names, *SELF]
     rows = []
-    pooled: dict[str, list[float]] = {name: [] for name in [*names, "one round"]}
+    pooled: dict[str, list[float]] = {name: [] for name in columns}
     for suite, figures in result["suites"].items():
+        found = dict(figures["spearman"])
+        agreement = figures.get("reliability", {})
+        if isinstance(agreement, list):  # written before the halves were counted
+            agreement = {"one round": agreement}
+        found.update(agreement)
         cells = [suite, figures["tasks"]]
-        for name in names:
-            rhos = figures["spearman"][name]
+        for name in columns:
+            rhos = found.get(name, [])
             pooled[name] += rhos
             cells.append("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(rhos)))
-        pooled["one round"] += figures.get("reliability", [])
-        cells.append(
-            "{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(figures.get("reliability", [])))
-        )
         rows.append(cells)
     rows.append(
         [
             "all",
             sum(f["tasks"] for f in result["suites"].values()),
-            *(
-                "{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(pooled[n]))
-                for n in [*names, "one round"]
-            ),
+            *("{:.3f} [{:.3f}, {:.3f}]".format(*mean_interval(pooled[n])) for n in columns),
         ]
     )
-    lines.append(fenced_table(" | ".join(["suite", "tasks", *names, "one round"]), rows))
+    lines.append(fenced_table(" | ".join(["suite", "tasks", *columns]), rows))
     lines += [
         "",
-        "`one round`: the measurement against itself, each task's first round against the mean "
-        "of its other rounds: a label (the median of all rounds) is more reliable than one "
-        "round, but a model's figure cannot go much above what the labels agree with themselves.",
+        "The measurement against itself: `one round`, each task's first round against the mean "
+        "of its other rounds; `halves`, the median of its even rounds against that of its odd "
+        "ones. A label (the median of all rounds) is more reliable than either, but a model's "
+        "figure cannot go much above what the labels agree with themselves.",
     ]
     lines += [
         "",
