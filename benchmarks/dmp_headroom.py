@@ -1,0 +1,227 @@
+"""How much a placement can move a real TorchRec training step on this host: the best of many
+plans against TorchRec's planner, picked and judged on different rounds (issue 29's targets).
+
+Run: .venv/bin/python benchmarks/dmp_headroom.py --model KERNEL_MODEL --dmp-model DMP_MODEL
+         [--suites cpu-24x2,cpu-48x2,cpu-80x2] [--tasks 3] [--rounds 8] [--steps 30]
+
+Per suite (2 ranks), its first `--tasks` test tasks; per task one launch trains every distinct
+plan below side by side in `--rounds` interleaved rounds (`DmpBackend.measure_plans`, the
+slowest rank's wall step):
+- `torchrec`: TorchRec's planner with its defaults, given the step's batch
+  (`torchrec_default_plan`: every sharding type, data-parallel included);
+- the heuristics `dim`, `size`, `lookup`, `size_lookup`, and `random` with two seeds;
+- dreamshard with `--model` (kernel labels), whole tables and `--split auto`, and with
+  `--dmp-model` (DMP step labels), whole tables.
+
+The best of them is chosen on the even rounds and judged on the odd ones, and the other way
+round (cross-fitting: a plan that is best by the noise of the rounds it was picked on gains
+nothing on the others); a task's figure is the mean of the two log ratios over TorchRec's
+plan. Per suite: the geometric mean over tasks with a bootstrap 95% interval over tasks, the
+best in hindsight (all rounds, biased low: the winner's curse) and how far apart the plans are
+(the worst plan's step over the best's). If the best of these plans cannot reach a target, no
+planner choosing among such plans can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+from torchrec_e2e_figures import distinct
+
+from dreamshard.costs.backends import describe_costs
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.models import train_command, trained_on
+from dreamshard.evaluation.report_files import torchrec_version, write_report
+from dreamshard.evaluation.rounds import bootstrap_interval
+from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
+from dreamshard.integrations.torchrec_export import torchrec_default_plan
+from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.registry import named_planner, place
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.report import markdown_table
+
+REFERENCE = "torchrec"
+HEURISTICS = ("dim", "size", "lookup", "size_lookup")
+MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
+TARGET = 0.88  # issue 29: dreamshard with DMP labels at most 0.88x TorchRec's planner
+
+
+def plans_of(task, kernel_model, dmp_model, device: str) -> dict:
+    plans = {REFERENCE: torchrec_default_plan(task, device, MODULE_PATH)}
+    for name in HEURISTICS:
+        plans[name] = place(task, name, split="none")
+    for seed in (0, 1):
+        plans[f"random{seed}"] = place(task, "random", seed=seed, split="none")
+    plans["dreamshard"] = named_planner("dreamshard", kernel_model, split="none")(task, 0)
+    plans["dreamshard_split"] = named_planner("dreamshard", kernel_model, split="auto")(task, 0)
+    plans["dreamshard_dmp"] = named_planner("dreamshard", dmp_model, split="none")(task, 0)
+    return plans
+
+
+def cross_fitted(logs: np.ndarray) -> tuple[float, str, str]:
+    """A task's best plan picked on one half of the rounds and judged on the other, both ways:
+    the mean of the two judged log ratios, and the two picks. `logs` [rounds, plans]: each
+    plan's log step over the reference's, the reference's column NaN."""
+    even, odd = logs[0::2], logs[1::2]
+    judged, picks = [], []
+    for pick_on, judge_on in ((even, odd), (odd, even)):
+        best = int(np.nanargmin(pick_on.mean(axis=0)))
+        judged.append(judge_on[:, best].mean())
+        picks.append(best)
+    return float(np.mean(judged)), *picks
+
+
+def task_figures(costs: np.ndarray, names: list[str]) -> dict:
+    """`costs` [rounds, names] of one task's plans (each name's plan's step)."""
+    ref = names.index(REFERENCE)
+    logs = np.log(costs / costs[:, ref : ref + 1])
+    logs[:, ref] = np.nan
+    crossed, first, second = cross_fitted(logs)
+    means = logs.mean(axis=0)  # NaN for the reference
+    hindsight = int(np.nanargmin(means))
+    steps = costs.mean(axis=0)
+    return {
+        "cross_fitted": crossed,
+        "picks": [names[first], names[second]],
+        "hindsight": float(means[hindsight]),
+        "hindsight_pick": names[hindsight],
+        "spread": float(steps.max() / steps.min()),
+        "per_plan": {n: float(means[i]) for i, n in enumerate(names) if i != ref},
+    }
+
+
+def measure(args, backend: DmpBackend, kernel_model, dmp_model) -> dict:
+    device = backend.device_kind()
+    suites = {}
+    for suite in [s.strip() for s in args.suites.split(",") if s.strip()]:
+        suites[suite] = []
+        for task in make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks:
+            began = time.monotonic()
+            plans = plans_of(task, kernel_model, dmp_model, device)
+            unique, index = distinct(plans)
+            run = backend.measure_plans(task, unique, args.rounds)
+            names = list(plans)
+            costs = run.overall("wall")[:, [index[n] for n in names]]
+            record = {"task": task.name, "tables": len(task.tables), "distinct": len(unique)}
+            record["costs"] = costs.tolist()
+            record.update(task_figures(costs, names))
+            suites[suite].append(record)
+            print(
+                f"{task.name}: {len(unique)} distinct plans, best {record['picks']} "
+                f"{np.exp(record['cross_fitted']):.3f}x torchrec, plans "
+                f"{record['spread']:.2f}x apart, {time.monotonic() - began:.0f} s",
+                flush=True,
+            )
+    return suites
+
+
+def geomean_interval(logs: list[float]) -> tuple[float, float, float]:
+    values = np.exp(np.array(logs))
+    low, high = bootstrap_interval(values)
+    return float(np.exp(np.mean(logs))), low, high
+
+
+def render(result: dict, argv: list[str]) -> str:
+    args = result["args"]
+    lines = [
+        f"# How far a placement moves the DMP step here ({time.strftime('%Y-%m-%d')})",
+        f"Command: `.venv/bin/python benchmarks/dmp_headroom.py {' '.join(argv)}`; "
+        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
+        f"every figure); {result['versions']}.",
+        f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
+        f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} timed "
+        "steps a plan; communication measured (inside the step); the slowest rank's wall step.",
+        f"Tasks: the first {args['tasks']} test tasks of each suite, fixed by the suite's seed "
+        "before the run; 2 ranks.",
+        f"Models: kernel labels {result['models']['kernel']}; DMP labels "
+        f"{result['models']['dmp']}.",
+        "Best of the plans: picked on the even rounds and judged on the odd ones and the other "
+        "way round (cross-fitted), over TorchRec's plan; geometric mean over tasks [bootstrap "
+        "95% over tasks]. Hindsight: the best on all rounds (biased low). Apart: the worst "
+        "plan's mean step over the best's, mean over tasks.",
+    ]
+    rows, plan_rows = [], []
+    for suite, records in result["suites"].items():
+        ratio, low, high = geomean_interval([r["cross_fitted"] for r in records])
+        hindsight = np.exp(np.mean([r["hindsight"] for r in records]))
+        apart = np.mean([r["spread"] for r in records])
+        reachable = "no" if low > TARGET else "not ruled out"
+        rows.append(
+            [
+                suite,
+                len(records),
+                f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
+                f"{hindsight:.3f}",
+                f"{apart:.2f}x",
+                reachable,
+            ]
+        )
+        for name in records[0]["per_plan"]:
+            ratio, low, high = geomean_interval([r["per_plan"][name] for r in records])
+            plan_rows.append([suite, name, f"{ratio:.3f} [{low:.3f}, {high:.3f}]"])
+    header = ["suite", "tasks", "best of the plans / torchrec", "hindsight", "apart"]
+    lines += [
+        "## The best of the plans",
+        markdown_table([*header, f"{TARGET}x reachable by choosing among them?"], rows),
+        "## Each plan over TorchRec's (all rounds)",
+        markdown_table(["suite", "plan", "ratio [95%]"], plan_rows),
+    ]
+    picks = [p for records in result["suites"].values() for r in records for p in r["picks"]]
+    counts = {name: picks.count(name) for name in sorted(set(picks))}
+    lines.append(f"Cross-fitted picks over all tasks: {counts}.")
+    return "\n\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="dreamshard's model with kernel labels")
+    parser.add_argument("--dmp-model", required=True, help="dreamshard's model on DMP labels")
+    parser.add_argument("--suites", default="cpu-24x2,cpu-48x2,cpu-80x2", help="comma-separated")
+    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds (even)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per plan and round")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per turn")
+    parser.add_argument("--out", default="benchmarks/results/dmp_headroom.md", help="report")
+    args = parser.parse_args(argv)
+    if args.rounds < 2 or args.rounds % 2:
+        parser.error("--rounds must be even and at least 2 (picked on half, judged on half)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    began = time.monotonic()
+    kernel_model, dmp_model = resolve_model(args.model), resolve_model(args.dmp_model)
+    backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
+    label_only = ("rounds", "reference")
+    suites = measure(args, backend, kernel_model, dmp_model)
+    result = {
+        "args": vars(args),
+        "hardware": hardware(),
+        "versions": {**versions(), "torchrec": torchrec_version()},
+        "dmp": describe_costs({k: v for k, v in backend.config().items() if k not in label_only}),
+        "models": {
+            "kernel": f"`{args.model}` ({trained_on(kernel_model)}; "
+            f"`{train_command(kernel_model)}`)",
+            "dmp": f"`{args.dmp_model}` ({trained_on(dmp_model)}; `{train_command(dmp_model)}`)",
+        },
+        "suites": suites,
+        "seconds": time.monotonic() - began,
+    }
+    report = render(result, argv)
+    write_report(args.out, report, result)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except DreamshardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
