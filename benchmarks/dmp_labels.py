@@ -42,9 +42,10 @@ from dreamshard.evaluation.models import train_command, trained_on
 from dreamshard.evaluation.report_files import fenced_table, torchrec_version, write_report
 from dreamshard.evaluation.rounds import spearman
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
-from dreamshard.learn.costnet_data import load_examples
+from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
+from dreamshard.learn.pretrain import rehearsal_examples
 from dreamshard.learn.train import fresh_state
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.suites import make_suite, parse_suite_name
@@ -90,6 +91,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--fit-labels", default="raw,step-split", help="label designs to fit")
     parser.add_argument("--fit-steps", type=int, default=1000, help="Adam steps of each fit")
+    parser.add_argument(
+        "--fit-rehearsal",
+        type=int,
+        default=0,
+        help="also fit each design replaying this many tasks of the shipped network's "
+        "pre-training family beside the DMP labels, half of every batch (`train --rehearsal`)",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.tasks < 1 or args.per_task < 3:
@@ -140,9 +148,13 @@ def judge(model, found: list[tuple]) -> list[float]:
     return rhos
 
 
-def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, object, str]]:
+def fitted_models(
+    path: str, designs: list[str], steps: int, rehearsal: int = 0
+) -> list[tuple[str, object, str]]:
     """(name, model, how it was made) per label design: the shipped network fine-tuned on the
-    dataset's most common DMP settings' measurements (log-ratio loss, seed 0, no prior)."""
+    dataset's most common DMP settings' measurements (log-ratio loss, seed 0, no prior); with
+    `rehearsal`, each design once more replaying that many pre-training tasks (half of every
+    batch, as `train --rehearsal N --rehearsal-share 0.5` does)."""
     if not Path(path).exists():
         raise DreamshardError(f"--fit: no cost dataset at {path}")
     dataset = CostDataset(path)
@@ -151,8 +163,9 @@ def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, 
         raise DreamshardError(f"--fit: {path} holds no DMP measurement")
     config = json.loads(configs.most_common(1)[0][0])
     backend = DmpBackend(StepConfig(**config["steps"]))
+    rows = measured_rows(dataset, config, fitting=True)
     fitted = []
-    for design in designs:
+    for design, replayed in [(d, r) for d in designs for r in sorted({0, rehearsal})]:
         train = TrainConfig(
             backend="dmp",
             costnet_loss="log-ratio",
@@ -160,18 +173,23 @@ def fitted_models(path: str, designs: list[str], steps: int) -> list[tuple[str, 
             iterations=1,
             costnet_steps=steps,
             seed=0,
+            rehearsal=replayed,
+            rehearsal_share=0.5,
         )
         examples = load_examples(dataset, config, design, fitting=True)
         if len(examples) < 5:
             raise DreamshardError(f"--fit: {len(examples)} {design} examples in {path}")
         state = fresh_state(train, backend)
-        fit_costnet(state, train, examples)
+        replay = rehearsal_examples(train, rows, "cpu-gloo") if replayed else None
+        fit_costnet(state, train, examples, replay)
         model = DreamShardModel(state.costnet, state.policy, {"config": asdict(train)})
+        prior = f", {replayed} pre-training tasks replayed (half a batch)" if replayed else ""
         how = (
             f"the shipped network fine-tuned by this script on {len(examples)} DMP measurements "
-            f"of `{path}` ({design} labels, log-ratio loss, {steps} Adam steps, seed 0, no prior)"
+            f"of `{path}` ({design} labels, log-ratio loss, {steps} Adam steps, seed 0, no "
+            f"prior{prior})"
         )
-        fitted.append((f"fit:{design}", model, how))
+        fitted.append((f"fit:{design}" + (f"+rehearsal{replayed}" if replayed else ""), model, how))
     return fitted
 
 
@@ -207,7 +225,8 @@ def main(argv: list[str] | None = None) -> str:
     notes = {name: (trained_on(model), train_command(model)) for name, model in models}
     if args.fit:
         designs = [d.strip() for d in args.fit_labels.split(",") if d.strip()]
-        for name, model, how in fitted_models(args.fit, designs, args.fit_steps):
+        fits = fitted_models(args.fit, designs, args.fit_steps, args.fit_rehearsal)
+        for name, model, how in fits:
             models.append((name, model))
             notes[name] = (how, "")
     if not models:
