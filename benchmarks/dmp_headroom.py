@@ -29,9 +29,8 @@ import sys
 import time
 
 import numpy as np
-from torchrec_e2e_figures import distinct
+from torchrec_e2e_figures import MODULE_PATH, distinct, report_head, step_costs
 
-from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.models import train_command, trained_on
@@ -46,7 +45,6 @@ from dreamshard.report import markdown_table
 
 REFERENCE = "torchrec"
 HEURISTICS = ("dim", "size", "lookup", "size_lookup")
-MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 TARGET = 0.88  # issue 29: dreamshard with DMP labels at most 0.88x TorchRec's planner
 
 
@@ -127,11 +125,9 @@ def geomean_interval(logs: list[float]) -> tuple[float, float, float]:
 
 def render(result: dict, argv: list[str]) -> str:
     args = result["args"]
+    title = "How far a placement moves the DMP step here"
     lines = [
-        f"# How far a placement moves the DMP step here ({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/dmp_headroom.py {' '.join(argv)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        *report_head(title, "dmp_headroom.py", argv, result),
         f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
         f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} timed "
         "steps a plan; communication measured (inside the step); the slowest rank's wall step.",
@@ -198,13 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     kernel_model, dmp_model = resolve_model(args.model), resolve_model(args.dmp_model)
     backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
-    label_only = ("rounds", "reference")
     suites = measure(args, backend, kernel_model, dmp_model)
     result = {
         "args": vars(args),
         "hardware": hardware(),
         "versions": {**versions(), "torchrec": torchrec_version()},
-        "dmp": describe_costs({k: v for k, v in backend.config().items() if k not in label_only}),
+        "dmp": step_costs(backend),
         "models": {
             "kernel": f"`{args.model}` ({trained_on(kernel_model)}; "
             f"`{train_command(kernel_model)}`)",

@@ -54,8 +54,10 @@ import torchrec_e2e_labels as labels
 from torchrec_e2e_figures import (
     CLOCKS,
     HEURISTICS,
+    MODULE_PATH,
     balanced_bounds,
     distinct,
+    step_costs,
     summarize,
     task_record,
 )
@@ -99,7 +101,6 @@ PROFILED = (
     "torchrec_cw",
     "torchrec_split",
 )
-MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 
 
 def dreamshard_model(args: argparse.Namespace):
@@ -175,13 +176,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--out", help=f"report (default {RESULTS}, or {LABELS_RESULTS})")
     return parser.parse_args(argv)
-
-
-def step_costs(backend: DmpBackend) -> str:
-    """How a step is timed: these runs train a task's plans side by side in rounds of their
-    own (`measure_plans`), not as labels beside a reference plan."""
-    label_only = ("rounds", "reference")
-    return describe_costs({k: v for k, v in backend.config().items() if k not in label_only})
 
 
 def compare_labels(args: argparse.Namespace, argv: list[str]) -> str:

@@ -6,8 +6,11 @@ Also the plan names the run and its report share (`PLANS`, the references and ta
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dmp_proxy import LABEL as DMP_PROXY
 from dreamshard.evaluation.ratio_tables import placed_mean
 from dreamshard.evaluation.rounds import (
@@ -19,6 +22,7 @@ from dreamshard.evaluation.rounds import (
 )
 from dreamshard.placement.tasks import Placement
 
+MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 BOUNDED = ("torchrec_tw", "torchrec_cw")  # TorchRec's plans whose balanced-kernel bound we give
 HEURISTICS = ("dim", "size", "lookup", "size_lookup", "random")
 PLANS = (
@@ -181,3 +185,20 @@ def distinct(plans: dict[str, Placement | dict]) -> tuple[list, dict[str, int]]:
             unique.append(plan)
         index[name] = keys.index(key)
     return unique, index
+
+
+def step_costs(backend) -> str:
+    """How a DMP step is timed, for runs that train a task's plans side by side in rounds of
+    their own (`measure_plans`), not as labels beside a reference plan."""
+    label_only = ("rounds", "reference")
+    return describe_costs({k: v for k, v in backend.config().items() if k not in label_only})
+
+
+def report_head(title: str, script: str, argv: list[str], result: dict) -> list[str]:
+    """A DMP report's title (dated) and its command, time, host and versions line."""
+    return [
+        f"# {title} ({time.strftime('%Y-%m-%d')})",
+        f"Command: `.venv/bin/python benchmarks/{script} {' '.join(argv)}`; "
+        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
+        f"every figure); {result['versions']}.",
+    ]

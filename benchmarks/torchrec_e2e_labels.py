@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from torchrec_e2e_figures import distinct
+from torchrec_e2e_figures import MODULE_PATH, distinct, report_head
 
 from dreamshard.evaluation.rounds import bootstrap_paired, cv
 from dreamshard.integrations.dmp_backend import DmpBackend
@@ -36,7 +36,6 @@ PLANS = ("dreamshard_dmp", "dreamshard", "torchrec", "lookup")
 # ours over each reference: (the geometric mean at most, its interval's upper end at most)
 TARGETS = {"torchrec": (0.88, 0.93), "lookup": (0.95, 1.00)}
 CLOCKS = {"wall": "the step's wall clock (as trained)", "cpu": "the slowest rank's CPU time"}
-MODULE_PATH = "embedding_bags"  # where gpu_tasks/dmp_step.py's model holds its collection
 
 
 def place_task(task: PlacementTask, dmp_model, kernel_model, device: str) -> dict:
@@ -110,11 +109,9 @@ def met(figure: dict, ref: str) -> bool:
 
 def render(result: dict, argv: list[str]) -> str:
     args = result["args"]
+    title = "DMP labels against kernel labels, TorchRec and lookup"
     lines = [
-        f"# DMP labels against kernel labels, TorchRec and lookup ({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/torchrec_e2e.py {' '.join(argv)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        *report_head(title, "torchrec_e2e.py", argv, result),
         f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
         f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} "
         "timed steps a plan; communication measured (inside the step).",

@@ -143,6 +143,11 @@ def _measuring(keyed: list, size: int) -> tuple:
     return measure_placement, keyed[0]
 
 
+def _records(result: Measured | list[Measured]) -> list[Measured]:
+    """What a `_measuring` task returned, as a list: a launch's records, or the one job's."""
+    return result if isinstance(result, list) else [result]
+
+
 @dataclass
 class TaskFanout:
     """How a flow measures: `costs.collect.collect`'s and `evaluation.evaluate`'s fan-out
@@ -176,8 +181,7 @@ class TaskFanout:
             if not state.is_completed():
                 self.failed += len(keyed)
                 continue
-            result = state.result()
-            for measured in result if isinstance(result, list) else [result]:
+            for measured in _records(state.result()):
                 self.workers.add(measured.worker)
                 yield measured
 
@@ -194,8 +198,7 @@ class TaskFanout:
                         self.failed += 1
                         what = f"{group[0][1].placement.method}: {state.message}"
                         raise self._stopped(keyed, what)
-                    result = state.result()
-                    measured = result if isinstance(result, list) else [result]
+                    measured = _records(state.result())
                     self.workers.update(m.worker for m in measured)
                     yield n, measured
             return
