@@ -20,6 +20,13 @@ plan. Per suite: the geometric mean over tasks with a bootstrap 95% interval ove
 best in hindsight (all rounds, biased low: the winner's curse) and how far apart the plans are
 (the worst plan's step over the best's). If the best of these plans cannot reach a target, no
 planner choosing among such plans can.
+
+The balance floor goes past the plans measured: a synchronous step is at least its busiest
+rank's CPU time plus what it waits beyond it (the exchanges, the other rank), and the busiest
+rank's CPU time is at least the ranks' mean. Per task the floor is the least CPU work a step
+that any of the plans did (both ranks' CPU time, shared evenly over the ranks) plus the least
+wait any plan had, over TorchRec's step: a plan that does no less work and waits no less than
+the best of these cannot step faster, however it places the tables.
 """
 
 from __future__ import annotations
@@ -92,6 +99,24 @@ def task_figures(costs: np.ndarray, names: list[str]) -> dict:
     }
 
 
+def balance_floor(wall: np.ndarray, cpu: np.ndarray, names: list[str]) -> dict:
+    """`wall` [rounds, plans]: the slowest rank's step; `cpu` [ranks, rounds, plans]: each
+    rank's CPU time in its step. The floor's log ratio over TorchRec's median step, how far
+    apart the plans' work is (most over least), the wait's share of the step, and how uneven
+    TorchRec's plan is (its busiest rank's CPU time over the ranks' mean)."""
+    work = np.median(cpu.sum(axis=0), axis=0)  # [plans]: both ranks' CPU time in a step
+    wait = np.median(wall - cpu.max(axis=0), axis=0)  # [plans]: the step past the busiest CPU
+    floor = work.min() / cpu.shape[0] + wait.min()
+    ref = names.index(REFERENCE)
+    busiest = np.median(cpu[:, :, ref], axis=1)
+    return {
+        "floor": float(np.log(floor / np.median(wall[:, ref]))),
+        "work_apart": float(work.max() / work.min()),
+        "wait_share": float(np.median(wait / np.median(wall, axis=0))),
+        "torchrec_uneven": float(busiest.max() / busiest.mean()),
+    }
+
+
 def measure(args, backend: DmpBackend, kernel_model, dmp_model) -> dict:
     device = backend.device_kind()
     suites = {}
@@ -103,15 +128,20 @@ def measure(args, backend: DmpBackend, kernel_model, dmp_model) -> dict:
             unique, index = distinct(plans)
             run = backend.measure_plans(task, unique, args.rounds)
             names = list(plans)
-            costs = run.overall("wall")[:, [index[n] for n in names]]
+            columns = [index[n] for n in names]
+            costs = run.overall("wall")[:, columns]
+            cpu = run.cpu_ms[:, :, columns]
             record = {"task": task.name, "tables": len(task.tables), "distinct": len(unique)}
             record["costs"] = costs.tolist()
+            record["cpu_ms"] = cpu.tolist()
             record.update(task_figures(costs, names))
+            record.update(balance_floor(costs, cpu, names))
             suites[suite].append(record)
             print(
                 f"{task.name}: {len(unique)} distinct plans, best {record['picks']} "
                 f"{np.exp(record['cross_fitted']):.3f}x torchrec, plans "
-                f"{record['spread']:.2f}x apart, {time.monotonic() - began:.0f} s",
+                f"{record['spread']:.2f}x apart, balance floor {np.exp(record['floor']):.3f}x "
+                f"torchrec, {time.monotonic() - began:.0f} s",
                 flush=True,
             )
     return suites
@@ -139,8 +169,13 @@ def render(result: dict, argv: list[str]) -> str:
         "way round (cross-fitted), over TorchRec's plan; geometric mean over tasks [bootstrap "
         "95% over tasks]. Hindsight: the best on all rounds (biased low). Apart: the worst "
         "plan's mean step over the best's, mean over tasks.",
+        "Balance floor: the least CPU work of a step among the plans (both ranks' CPU time) "
+        "spread evenly over the ranks, plus the least wait past the busiest rank's CPU time, "
+        "over TorchRec's step; geometric mean over tasks [bootstrap 95%]. Work apart: the most "
+        "work over the least; wait: its share of the step; TorchRec uneven: its plan's busiest "
+        "rank's CPU time over the ranks' mean (all means over tasks).",
     ]
-    rows, plan_rows = [], []
+    rows, plan_rows, floor_rows = [], [], []
     for suite, records in result["suites"].items():
         ratio, low, high = geomean_interval([r["cross_fitted"] for r in records])
         hindsight = np.exp(np.mean([r["hindsight"] for r in records]))
@@ -156,6 +191,19 @@ def render(result: dict, argv: list[str]) -> str:
                 reachable,
             ]
         )
+        if "floor" in records[0]:
+            ratio, low, high = geomean_interval([r["floor"] for r in records])
+            floor_rows.append(
+                [
+                    suite,
+                    len(records),
+                    f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
+                    f"{np.mean([r['work_apart'] for r in records]):.3f}x",
+                    f"{np.mean([r['wait_share'] for r in records]):.1%}",
+                    f"{np.mean([r['torchrec_uneven'] for r in records]):.3f}",
+                    "no" if low > TARGET else "not ruled out",
+                ]
+            )
         for name in records[0]["per_plan"]:
             ratio, low, high = geomean_interval([r["per_plan"][name] for r in records])
             plan_rows.append([suite, name, f"{ratio:.3f} [{low:.3f}, {high:.3f}]"])
@@ -163,6 +211,17 @@ def render(result: dict, argv: list[str]) -> str:
     lines += [
         "## The best of the plans",
         markdown_table([*header, f"{TARGET}x reachable by choosing among them?"], rows),
+    ]
+    if floor_rows:
+        floor_header = ["suite", "tasks", "balance floor / torchrec", "work apart", "wait"]
+        lines += [
+            "## The balance floor",
+            markdown_table(
+                [*floor_header, "TorchRec uneven", f"{TARGET}x reachable above the floor?"],
+                floor_rows,
+            ),
+        ]
+    lines += [
         "## Each plan over TorchRec's (all rounds)",
         markdown_table(["suite", "plan", "ratio [95%]"], plan_rows),
     ]
