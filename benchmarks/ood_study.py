@@ -2,11 +2,12 @@
 families nobody trained on, judged on exact costs.
 
 Run: .venv/bin/python benchmarks/ood_study.py [--model shipped|trained|FILE] [--seeds 12]
-         [--out FILE]
+         [--first-seed 0] [--out FILE]
 
 Tasks, fixed before the first run: the four families of `evaluation/ood_families.py`
-(correlated, bimodal, heavy-skew, giants), seeds 0..N-1 each (default 12: 48 tasks of 50-400
-tables on 4-32 devices). The judge: the calibrated simulated backend (`costs/simulated_default
+(correlated, bimodal, heavy-skew, giants), seeds K..K+N-1 each (default 0..11: 48 tasks of
+50-400 tables on 4-32 devices; a later run on fresh tasks takes `--first-seed` past the seeds
+earlier runs used). The judge: the calibrated simulated backend (`costs/simulated_default
 .json` or this host's calibration; cpu-gloo exchange, modeled), one exact round. The reference:
 the best of the four greedy heuristics per task (whole tables); the planner: `dreamshard`
 (whole tables, seed 0, 8 samples) with `--model` (default the shipped model, `make
@@ -78,7 +79,8 @@ def report(study: dict, args: argparse.Namespace) -> str:
             f"{host_note()}. Judge: the calibrated simulated backend (exact, one round; "
             "exchange modeled, cpu-gloo). fp16 weights.",
             f"Model: {model}. Families: {', '.join(FAMILIES)}; seeds "
-            f"0-{args.seeds - 1} each; shapes (tables, devices) cycled: {list(SHAPES)}.",
+            f"{args.first_seed}-{args.first_seed + args.seeds - 1} each; shapes (tables, "
+            f"devices) cycled: {list(SHAPES)}.",
             "Ratio: dreamshard's overall / the best whole-table heuristic's, per task; geometric "
             "mean [bootstrap 95% interval over tasks].",
             "",
@@ -152,6 +154,12 @@ def main() -> None:
         f"{TRAIN_COMMAND}), or a model file",
     )
     parser.add_argument("--seeds", type=positive(int), default=12, help="seeds per family")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first seed of each family (fresh tasks: past the seeds earlier runs used)",
+    )
     parser.add_argument("--out", default=str(RESULTS), help="report file (+ .json)")
     args = parser.parse_args()
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -160,7 +168,7 @@ def main() -> None:
         config = TrainConfig(suite="cpu-50x4", backend="simulated", out=TRAINED_RUN, seed=0)
         model, note = train_for_run(config, say)
     with one_thread():
-        study = run_study(model, range(args.seeds), log=say)
+        study = run_study(model, range(args.first_seed, args.first_seed + args.seeds), log=say)
     study["model"] = note
     study["command"] = " ".join(sys.argv)
     write_report(args.out, report(study, args), study)
