@@ -83,6 +83,7 @@ def report(study: dict, args: argparse.Namespace) -> str:
             f"devices) cycled: {list(SHAPES)}.",
             "Ratio: dreamshard's overall / the best whole-table heuristic's, per task; geometric "
             "mean [bootstrap 95% interval over tasks].",
+            *skipped_note(study.get("skipped", [])),
             "",
             fenced_table(
                 "family | tasks | dreamshard vs best heuristic | worst | above 1.01 | "
@@ -110,6 +111,17 @@ def report(study: dict, args: argparse.Namespace) -> str:
             calibration_note(study.get("calibration") or {}),
         ]
     )
+
+
+def skipped_note(skipped: list[dict]) -> list[str]:
+    """A line naming the tasks left out because no whole-table placement of them exists."""
+    if not skipped:
+        return []
+    names = ", ".join(s["task"] for s in skipped)
+    return [
+        f"Skipped: {len(skipped)} task(s) of which no whole-table placement exists, so there is "
+        f"nothing to compare ({names}: {skipped[0]['reason']})."
+    ]
 
 
 def share(found: dict | None) -> str:

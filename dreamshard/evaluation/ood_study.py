@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.errors import InfeasibleError
 from dreamshard.evaluation.ood_families import ood_tasks
 from dreamshard.evaluation.rounds import (
     bootstrap_interval,
@@ -116,6 +117,25 @@ def placement_misses(task, model, placements: dict, costs: dict, first: list[flo
     return gain_misses(members, true, [name in HEURISTIC_KEYS for name in placements])
 
 
+def study_tasks(tasks, planner: Callable, model, judge: SimulatedBackend, log=print):
+    """`study_task` of each task, and the tasks left out because no whole-table placement of
+    them exists (the heuristics prove it: there is nothing to compare), with the reason."""
+    rows, skipped = [], []
+    for task in tasks:
+        try:
+            row = study_task(task, planner, model, judge)
+        except InfeasibleError as exc:
+            skipped.append({"task": task.name, "reason": str(exc)})
+            log(f"{task.name}: skipped ({exc})")
+            continue
+        rows.append(row)
+        log(
+            f"{row['task']}: dreamshard {row['ratio']:.3f}x {row['best_heuristic']}, "
+            f"device MAPE {row['device_mape']:.1%}, Spearman {row['spearman']:.2f}"
+        )
+    return rows, skipped
+
+
 def suite_residuals(model, judge: SimulatedBackend, log=print) -> list[float]:
     """`candidate_misses` on the held-out test tasks of the project's suites
     (`CALIBRATION_SUITES`, `SUITE_TASKS` each): tables of the data-set profile, the ones users
@@ -129,23 +149,17 @@ def suite_residuals(model, judge: SimulatedBackend, log=print) -> list[float]:
 
 
 def run_study(model, seeds=range(12), log=print) -> dict:
-    """Every task of every family: the rows, the summary the targets are judged on, and the
-    calibration check (`calibration_check`)."""
+    """Every task of every family: the rows, the tasks skipped (`study_tasks`), the summary
+    the targets are judged on, and the calibration check (`calibration_check`)."""
     judge = SimulatedBackend()
     model = resolve_model(model)
     planner = named_planner("dreamshard", model=model)
-    rows = []
-    for task in ood_tasks(seeds=seeds):
-        rows.append(study_task(task, planner, model, judge))
-        row = rows[-1]
-        log(
-            f"{row['task']}: dreamshard {row['ratio']:.3f}x {row['best_heuristic']}, "
-            f"device MAPE {row['device_mape']:.1%}, Spearman {row['spearman']:.2f}"
-        )
+    rows, skipped = study_tasks(ood_tasks(seeds=seeds), planner, model, judge, log)
     z90 = (model.metadata.get("confidence") or {}).get("z90")
     suites = suite_residuals(model, judge, log) if model.ensemble else []
     return {
         "rows": rows,
+        "skipped": skipped,
         "summary": summarise(rows, z90),
         "calibration": calibration_check(rows, z90, suites),
     }
