@@ -57,17 +57,20 @@ def plans_of(task, model) -> dict:
 
 def measure_task(task, plans: dict, backend, rounds: int, seed: int) -> dict:
     """Each distinct plan measured once a round, in a fresh order each round: per name its
-    overall [rounds], compute summed over devices [rounds] and mean exchange [rounds]."""
+    overall [rounds], compute summed over devices [rounds], mean exchange [rounds], and each
+    device's compute [rounds, devices] (where a plan's excess over the floor sits)."""
     unique, index = distinct(plans)
     rng = np.random.default_rng(seed)
     overall = np.zeros((rounds, len(unique)))
     compute = np.zeros_like(overall)
     exchange = np.zeros_like(overall)
+    per_device = np.zeros((rounds, len(unique), task.num_devices))
     for r in range(rounds):
         for p in rng.permutation(len(unique)):
             cost = backend.measure(task, unique[p])
             overall[r, p] = cost.overall
-            compute[r, p] = sum(d.fwd_comp + d.bwd_comp for d in cost.devices)
+            per_device[r, p] = [d.fwd_comp + d.bwd_comp for d in cost.devices]
+            compute[r, p] = per_device[r, p].sum()
             exchange[r, p] = np.mean([d.fwd_comm + d.bwd_comm for d in cost.devices])
     names = list(plans)
     columns = [index[n] for n in names]
@@ -77,6 +80,7 @@ def measure_task(task, plans: dict, backend, rounds: int, seed: int) -> dict:
         "overall": overall[:, columns].tolist(),
         "compute": compute[:, columns].tolist(),
         "exchange": exchange[:, columns].tolist(),
+        "device_compute": per_device[:, columns].tolist(),
     }
 
 
