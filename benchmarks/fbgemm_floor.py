@@ -2,7 +2,7 @@
 the project's suites (issue 28's fbgemm target: `--split auto` at most 0.85x it).
 
 Run: .venv/bin/python benchmarks/fbgemm_floor.py [--model shipped|FILE]
-         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--tasks 3] [--rounds 2]
+         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--tasks 3] [--rounds 2] [--rerender]
 
 Per suite its first `--tasks` test tasks (the tasks `benchmarks/compare_planners.py` judges),
 and per task every distinct plan of: the four greedy heuristics whole and with `--split auto`,
@@ -23,8 +23,10 @@ other (`dmp_headroom.cross_fitted`).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
@@ -92,9 +94,26 @@ def task_floor(record: dict, devices: int) -> float:
     return float(work.min() / devices + exchange.min())
 
 
-def suite_figures(records: list[dict]) -> dict:
+def excess(record: dict, devices: int, plan: str) -> dict:
+    """How far `plan`'s cost lies above the task's floor, in ms (medians over rounds): its
+    imbalance (its busiest device past the devices' mean), the compute it does past the least
+    of the task's plans (spread over the devices) and its exchange past the least."""
+    i = record["names"].index(plan)
+    work = np.median(np.array(record["compute"]), axis=0) / devices
+    exchange = np.median(np.array(record["exchange"]), axis=0)
+    overall = float(np.median(np.array(record["overall"])[:, i]))
+    return {
+        "imbalance": overall - work[i] - exchange[i],
+        "work": float(work[i] - work.min()),
+        "exchange": float(exchange[i] - exchange.min()),
+    }
+
+
+def suite_figures(records: list[dict], devices: int) -> dict:
     """Over a suite's tasks: its strongest fixed heuristic, and per task the floor, the best of
-    the plans (cross-fitted) and dreamshard --split auto, as log ratios over that heuristic."""
+    the plans (cross-fitted) and dreamshard --split auto, as log ratios over that heuristic,
+    and dreamshard --split auto's excess over the floor (`excess`) as shares of the
+    heuristic's cost."""
     names = records[0]["names"]
     means = {
         k: np.mean([np.mean(np.array(r["overall"])[:, names.index(k)]) for r in records])
@@ -103,6 +122,7 @@ def suite_figures(records: list[dict]) -> dict:
     strongest = min(means, key=means.get)
     ref = names.index(strongest)
     out = {"strongest": strongest, "floor": [], "best": [], "dreamshard auto": [], "apart": []}
+    out["excess"] = {part: [] for part in ("imbalance", "work", "exchange")}
     for r in records:
         overall = np.array(r["overall"])
         logs = np.log(overall / overall[:, ref : ref + 1])
@@ -112,10 +132,28 @@ def suite_figures(records: list[dict]) -> dict:
         out["dreamshard auto"].append(float(logs[:, names.index("dreamshard auto")].mean()))
         work = np.median(np.array(r["compute"]), axis=0)
         out["apart"].append(float(work.max() / work.min()))
+        reference = float(overall[:, ref].mean())
+        for part, ms in excess(r, devices, "dreamshard auto").items():
+            out["excess"][part].append(ms / reference)
     return out
 
 
-def render(result: dict, argv: list[str]) -> str:
+def command_of(args: dict) -> str:
+    """The run's command with every option spelled out (the same run, from its stored args)."""
+    options = [f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender"]
+    return ".venv/bin/python benchmarks/fbgemm_floor.py " + " ".join(options)
+
+
+def excess_table(figures: dict) -> str:
+    rows = [
+        [suite, *(f"{np.mean(f['excess'][part]):.1%}" for part in f["excess"])]
+        for suite, f in figures.items()
+    ]
+    header = ["suite", "imbalance", "compute past the least", "exchange past the least"]
+    return markdown_table(header, rows)
+
+
+def render(result: dict) -> str:
     args = result["args"]
     rows = []
     pooled = {"floor": [], "best": [], "dreamshard auto": []}
@@ -157,9 +195,13 @@ def render(result: dict, argv: list[str]) -> str:
     lines = [
         f"# How far a placement can go below the heuristics on real kernels "
         f"({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/fbgemm_floor.py {' '.join(argv)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        f"Command: `{command_of(args)}`; {result['seconds'] / 60:.1f} min in all"
+        + (
+            f" (this report re-rendered from its .json {result['rerendered']})"
+            if "rerendered" in result
+            else ""
+        )
+        + f". Host: {result['hardware']} (one host for every figure); {result['versions']}.",
         f"Costs: {result['costs']}. {args['rounds']} interleaved rounds, each in a fresh "
         "order; every distinct plan of a task measured once a round.",
         f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
@@ -172,6 +214,11 @@ def render(result: dict, argv: list[str]) -> str:
         "compute over the least among a task's plans, mean over tasks. Geometric means over "
         "tasks [bootstrap 95%].",
         markdown_table(header, rows),
+        "## dreamshard --split auto above the floor\n\nWhere its cost lies past the floor, "
+        "as shares of the strongest heuristic's cost, mean over tasks: imbalance (its busiest "
+        "device past the devices' mean), the compute it does past the least of the task's "
+        "plans (spread over the devices), its exchange past the least.",
+        excess_table(result["figures"]),
     ]
     return "\n\n".join(lines) + "\n"
 
@@ -185,15 +232,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (even)")
     parser.add_argument("--out", default="benchmarks/results/fbgemm_floor.md", help="report")
+    parser.add_argument(
+        "--rerender",
+        action="store_true",
+        help="write the report again from --out's .json (its measurements), measuring nothing",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 2 or args.rounds % 2:
         parser.error("--rounds must be even and at least 2 (picked on half, judged on half)")
     return args
 
 
+def rerender(out: str) -> dict:
+    """The stored run of `out` (its .json), its figures computed again from its measurements."""
+    path = Path(out).with_suffix(".json")
+    if not path.exists():
+        raise DreamshardError(f"no {path} to re-render: run the benchmark first")
+    result = json.loads(path.read_text())
+    result["figures"] = {
+        suite: suite_figures(records, parse_suite_name(suite, 1, 1).num_devices)
+        for suite, records in result["suites"].items()
+    }
+    result["rerendered"] = time.strftime("%Y-%m-%d")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.rerender:
+        result = rerender(args.out)
+        report = render(result)
+        write_report(args.out, report, result)
+        print(report)
+        return 0
     began = time.monotonic()
     model = resolve_model(args.model)
     backend = make_backend("fbgemm")
@@ -212,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         suites[suite] = records
-        figures[suite] = suite_figures(records)
+        figures[suite] = suite_figures(records, parse_suite_name(suite, 1, 1).num_devices)
     result = {
         "args": vars(args),
         "hardware": hardware(),
@@ -223,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "figures": figures,
         "seconds": time.monotonic() - began,
     }
-    report = render(result, argv)
+    report = render(result)
     write_report(args.out, report, result)
     print(report)
     return 0
