@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from script_entry import run_script
 
 from dreamshard.cli.args import positive
 from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
@@ -253,4 +254,4 @@ def report(results: dict, note: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from planners_report import REFINED, SPLIT_AUTO, render
+from script_entry import run_script
 
 from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
@@ -411,7 +412,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DreamshardError as exc:
-        raise SystemExit(f"compare_planners: error: {exc}") from None
+    run_script(main)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from script_entry import run_script
 
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
@@ -183,7 +184,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DreamshardError as exc:
-        sys.exit(f"costnet_accuracy: {exc}")
+    run_script(main)

@@ -20,13 +20,13 @@ the host by the fitted measurements, `--prior-steps` steps). Prints a table; wit
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 
 import numpy as np
 import torch
 from feature_ablation import log, study_data
+from script_entry import run_script
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import CostDataset
@@ -124,4 +124,4 @@ def main(argv: list[str] | None = None) -> list[list[object]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    run_script(main)

@@ -36,10 +36,10 @@ import sys
 import time
 
 import numpy as np
+from script_entry import run_script
 from torchrec_e2e_figures import MODULE_PATH, distinct, report_head, step_costs
 
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.models import train_command, trained_on
 from dreamshard.evaluation.report_files import torchrec_version, write_report
 from dreamshard.evaluation.rounds import bootstrap_interval
@@ -274,8 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except DreamshardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -33,6 +33,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+from script_entry import run_script
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.collect import collect, collection_jobs
@@ -364,8 +365,4 @@ def render(result: dict, argv: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DreamshardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

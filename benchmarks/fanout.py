@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from script_entry import run_script
+
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.costs.dataset import hardware, measurement_key
@@ -119,4 +121,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
+from script_entry import run_script
 from torchrec_e2e_figures import distinct
 
 from dreamshard.costs.backends import describe_costs, make_backend
@@ -302,8 +303,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except DreamshardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from script_entry import run_script
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.costnet_study import (
     HEADS,
     StudyData,
@@ -363,8 +363,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DreamshardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

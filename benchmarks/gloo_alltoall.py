@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from script_entry import run_script
 
 from dreamshard.costs.torchrun import run_job
 
@@ -38,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -25,12 +25,14 @@ Writes benchmarks/results/learning_headroom.md.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy import stats
+from script_entry import run_script
 
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
@@ -199,6 +201,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])
+    run_script(main, sys.argv[1:])

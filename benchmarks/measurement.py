@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from script_entry import run_script
 
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
@@ -395,4 +396,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -17,6 +17,8 @@ import argparse
 import time
 from pathlib import Path
 
+from script_entry import run_script
+
 from dreamshard.files import write_text_atomic
 from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.placement.suites import make_suite
@@ -114,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -22,6 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from script_entry import run_script
+
 from dreamshard.cli.args import positive
 from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.evaluation.ood_families import FAMILIES, SHAPES
@@ -187,4 +189,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

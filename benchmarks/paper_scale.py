@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from planning_speed import timed
+from script_entry import run_script
 
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
@@ -279,7 +280,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except DreamshardError as exc:  # a bad --model, say: one line, no traceback
-        sys.exit(f"error: {exc}")
+    run_script(main, sys.argv[1:])

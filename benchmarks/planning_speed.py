@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from script_entry import run_script
+
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
@@ -211,4 +213,4 @@ def report(tasks, results, source, repeats, note) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

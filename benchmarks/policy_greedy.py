@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from script_entry import run_script
 
 from dreamshard.cli.args import positive
 from dreamshard.costs.simulated import SimulatedBackend
@@ -150,4 +151,4 @@ def report(rows: list[dict], note: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -16,10 +16,12 @@ benchmarks/results/quick_compare.md.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import torch
+from script_entry import run_script
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
@@ -92,6 +94,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])
+    run_script(main, sys.argv[1:])

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from script_entry import run_script
 
 from dreamshard.cli.args import number_list
 from dreamshard.cli.train import config_from, training_options
@@ -430,4 +431,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from script_entry import run_script
 from split_tables_figures import analyse, width_figures
 from split_tables_report import SPLIT, render
 
@@ -333,6 +335,4 @@ def row_rule(task: PlacementTask, method: str) -> tuple[Split, ...]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])
+    run_script(main, sys.argv[1:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from script_entry import run_script
 
 from dreamshard.report import format_table
 from dreamshard.tables import synthetic
@@ -48,4 +49,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from script_entry import run_script
 
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
@@ -76,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import torchrec_e2e_labels as labels
+from script_entry import run_script
 from torchrec_e2e_figures import (
     CLOCKS,
     HEURISTICS,
@@ -67,7 +68,6 @@ from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.comm import get_topology
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp_proxy import step_terms
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.evaluate import distinct_items
 from dreamshard.evaluation.models import (
     CHAMPION_URI,
@@ -306,8 +306,4 @@ def step_profile(backend: DmpBackend, task: PlacementTask, plans: dict) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DreamshardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)
