@@ -37,11 +37,10 @@ import time
 
 import numpy as np
 from script_entry import run_script
-from torchrec_e2e_figures import MODULE_PATH, distinct, report_head, step_costs
+from torchrec_e2e_figures import MODULE_PATH, distinct, launch_line, report_head, run_head
 
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.evaluation.models import train_command, trained_on
-from dreamshard.evaluation.report_files import torchrec_version, write_report
+from dreamshard.evaluation.report_files import write_report
 from dreamshard.evaluation.rounds import bootstrap_interval
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.torchrec_export import torchrec_default_plan
@@ -158,9 +157,7 @@ def render(result: dict, argv: list[str]) -> str:
     title = "How far a placement moves the DMP step here"
     lines = [
         *report_head(title, "dmp_headroom.py", argv, result),
-        f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
-        f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} timed "
-        "steps a plan; communication measured (inside the step); the slowest rank's wall step.",
+        f"{launch_line(result)}; the slowest rank's wall step.",
         f"Tasks: the first {args['tasks']} test tasks of each suite, fixed by the suite's seed "
         "before the run; 2 ranks.",
         f"Models: kernel labels {result['models']['kernel']}; DMP labels "
@@ -255,10 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
     suites = measure(args, backend, kernel_model, dmp_model)
     result = {
-        "args": vars(args),
-        "hardware": hardware(),
-        "versions": {**versions(), "torchrec": torchrec_version()},
-        "dmp": step_costs(backend),
+        **run_head(args, backend),
         "models": {
             "kernel": f"`{args.model}` ({trained_on(kernel_model)}; "
             f"`{train_command(kernel_model)}`)",

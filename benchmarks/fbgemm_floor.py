@@ -126,14 +126,14 @@ def suite_figures(records: list[dict], devices: int) -> dict:
     out["excess"] = {part: [] for part in ("imbalance", "work", "exchange")}
     for r in records:
         overall = np.array(r["overall"])
+        reference = float(overall[:, ref].mean())
         logs = np.log(overall / overall[:, ref : ref + 1])
         crossed, *_ = cross_fitted(logs)
-        out["floor"].append(float(np.log(r["floor_ms"] / overall[:, ref].mean())))
+        out["floor"].append(float(np.log(r["floor_ms"] / reference)))
         out["best"].append(crossed)
         out["dreamshard auto"].append(float(logs[:, names.index("dreamshard auto")].mean()))
         work = np.median(np.array(r["compute"]), axis=0)
         out["apart"].append(float(work.max() / work.min()))
-        reference = float(overall[:, ref].mean())
         for part, ms in excess(r, devices, "dreamshard auto").items():
             out["excess"][part].append(ms / reference)
     return out
@@ -154,35 +154,27 @@ def excess_table(figures: dict) -> str:
     return markdown_table(header, rows)
 
 
+FIGURES = ("floor", "best", "dreamshard auto")  # the ratio columns, in the report's order
+
+
+def cells(figures: dict, apart: str) -> list[str]:
+    """A row's ratio cells (geometric mean [bootstrap 95%] of each of `FIGURES`), `apart`, and
+    whether the target is above the floor's interval."""
+    found = {key: geomean_interval(figures[key]) for key in FIGURES}
+    ratios = [f"{r:.3f} [{low:.3f}, {high:.3f}]" for r, low, high in found.values()]
+    return [*ratios, apart, "no" if found["floor"][1] > TARGET else "not ruled out"]
+
+
 def render(result: dict) -> str:
     args = result["args"]
     rows = []
-    pooled = {"floor": [], "best": [], "dreamshard auto": []}
+    pooled = {key: [] for key in FIGURES}
     for suite, figures in result["figures"].items():
-        cells = []
         for key in pooled:
             pooled[key] += figures[key]
-            ratio, low, high = geomean_interval(figures[key])
-            cells.append(f"{ratio:.3f} [{low:.3f}, {high:.3f}]")
-        low = geomean_interval(figures["floor"])[1]
         apart = f"{np.mean(figures['apart']):.3f}x"
-        reachable = "no" if low > TARGET else "not ruled out"
-        rows.append([suite, len(figures["floor"]), figures["strongest"], *cells, apart, reachable])
-    cells = []
-    for key in pooled:
-        ratio, low, high = geomean_interval(pooled[key])
-        cells.append(f"{ratio:.3f} [{low:.3f}, {high:.3f}]")
-    low = geomean_interval(pooled["floor"])[1]
-    rows.append(
-        [
-            "all",
-            len(pooled["floor"]),
-            "(each suite's)",
-            *cells,
-            "",
-            "no" if low > TARGET else "not ruled out",
-        ]
-    )
+        rows.append([suite, len(figures["floor"]), figures["strongest"], *cells(figures, apart)])
+    rows.append(["all", len(pooled["floor"]), "(each suite's)", *cells(pooled, "")])
     header = [
         "suite",
         "tasks",

@@ -58,7 +58,7 @@ from torchrec_e2e_figures import (
     MODULE_PATH,
     balanced_bounds,
     distinct,
-    step_costs,
+    run_head,
     summarize,
     task_record,
 )
@@ -66,7 +66,6 @@ from torchrec_e2e_report import render
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.comm import get_topology
-from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp_proxy import step_terms
 from dreamshard.evaluation.evaluate import distinct_items
 from dreamshard.evaluation.models import (
@@ -76,7 +75,7 @@ from dreamshard.evaluation.models import (
     train_for_run,
     trained_on,
 )
-from dreamshard.evaluation.report_files import torchrec_version, write_report
+from dreamshard.evaluation.report_files import write_report
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.dmp_calibration import calibrate, measure_kernels
 from dreamshard.integrations.torchrec_export import torchrec_default_plan
@@ -187,10 +186,7 @@ def compare_labels(args: argparse.Namespace, argv: list[str]) -> str:
     log = lambda line: print(line, flush=True)  # noqa: E731
     suites = labels.measure_suites(args, backend, dmp_model, kernel_model, log)
     result = {
-        "args": vars(args),
-        "hardware": hardware(),
-        "versions": {**versions(), "torchrec": torchrec_version()},
-        "dmp": step_costs(backend),
+        **run_head(args, backend),
         "models": {
             "dreamshard_dmp": f"`{args.dmp_model}`, {trained_on(dmp_model)}, made by "
             f"`{train_command(dmp_model)}`",
@@ -273,11 +269,8 @@ def main(argv: list[str] | None = None) -> str:
     )
     seconds["all"] = time.monotonic() - began
     result = {
-        "args": vars(args),
+        **run_head(args, backend),
         "model": model_note,
-        "hardware": hardware(),
-        "versions": {**versions(), "torchrec": torchrec_version()},
-        "dmp": step_costs(backend),
         "proxy": describe_costs(proxy.config()),
         "loads": loads,
         "seconds": seconds,

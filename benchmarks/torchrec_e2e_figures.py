@@ -11,8 +11,10 @@ import time
 import numpy as np
 
 from dreamshard.costs.backends import describe_costs
+from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.dmp_proxy import LABEL as DMP_PROXY
 from dreamshard.evaluation.ratio_tables import placed_mean
+from dreamshard.evaluation.report_files import torchrec_version
 from dreamshard.evaluation.rounds import (
     bootstrap_interval,
     cv,
@@ -192,6 +194,27 @@ def step_costs(backend) -> str:
     their own (`measure_plans`), not as labels beside a reference plan."""
     label_only = ("rounds", "reference")
     return describe_costs({k: v for k, v in backend.config().items() if k not in label_only})
+
+
+def run_head(args, backend) -> dict:
+    """What every DMP run's results begin with: its options, host, versions and how a step is
+    timed."""
+    return {
+        "args": vars(args),
+        "hardware": hardware(),
+        "versions": {**versions(), "torchrec": torchrec_version()},
+        "dmp": step_costs(backend),
+    }
+
+
+def launch_line(result: dict) -> str:
+    """How a run's plans were stepped: its costs, one launch a task, its rounds and steps."""
+    args = result["args"]
+    return (
+        f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
+        f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} "
+        "timed steps a plan; communication measured (inside the step)"
+    )
 
 
 def report_head(title: str, script: str, argv: list[str], result: dict) -> list[str]:

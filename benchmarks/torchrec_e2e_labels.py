@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from torchrec_e2e_figures import MODULE_PATH, distinct, report_head
+from torchrec_e2e_figures import MODULE_PATH, distinct, launch_line, report_head
 
 from dreamshard.evaluation.rounds import bootstrap_paired, cv
 from dreamshard.integrations.dmp_backend import DmpBackend
@@ -112,9 +112,7 @@ def render(result: dict, argv: list[str]) -> str:
     title = "DMP labels against kernel labels, TorchRec and lookup"
     lines = [
         *report_head(title, "torchrec_e2e.py", argv, result),
-        f"Costs: {result['dmp']}. Each task's distinct plans trained in one launch, "
-        f"{args['rounds']} interleaved rounds of {args['warmup']} warm-up + {args['steps']} "
-        "timed steps a plan; communication measured (inside the step).",
+        f"{launch_line(result)}.",
         f"Tasks: the first {args['tasks']} test tasks of each suite (tables no training task "
         "holds), fixed by the suite's seed before the run; 2 ranks.",
         f"Models: `dreamshard_dmp` {result['models']['dreamshard_dmp']}; `dreamshard` "
