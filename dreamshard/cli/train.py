@@ -13,6 +13,7 @@ from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train_config import (
     COSTNET_ENCODERS,
     COSTNET_LOSSES,
+    FINETUNE_CHOICES,
     LABELS,
     LOSS_CHOICES,
     PretrainConfig,
@@ -94,7 +95,7 @@ COUNTS = (
 )
 # the options of how a run fine-tunes its cost network, which the benchmarks that train a
 # model also take
-FINE_TUNING = ("rehearsal", "rehearsal_share", "costnet_loss")
+FINE_TUNING = ("rehearsal", "rehearsal_share", "costnet_loss", "finetune")
 MAY_BE_ZERO = ("warm_start", "warm_start_split", "pretrain", "pretrain_split", "rehearsal")
 TRAIN_OPTIONS: dict[str, dict] = {
     "suite": {"help": "suite"},
@@ -138,6 +139,14 @@ TRAIN_OPTIONS: dict[str, dict] = {
     "rehearsal_share": {
         "type": share,
         "help": "with --rehearsal, the share of every cost-network batch that is replayed",
+    },
+    "finetune": {
+        "choices": FINETUNE_CHOICES,
+        "help": "what of a pre-trained cost network the measurements fit: all of it, or only "
+        "its quantity weights (what a unit of each kernel quantity costs on this host), so "
+        "what it learned on a broad family stays; auto: quantities on fbgemm from a "
+        "pre-trained network (fitted whole on 50 placements of one suite it planned 5%% "
+        "dearer on the others, docs/learning.md), all otherwise",
     },
     "learning_rate": {"type": positive(float), "help": "Adam, decaying linearly"},
     "entropy_weight": {"type": float},

@@ -17,7 +17,7 @@ from dreamshard.learn.pretrain import wants_rehearsal
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, save_rnn, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig
 from dreamshard.learn.train import train
-from dreamshard.learn.train_config import TrainConfig, fitting_loss
+from dreamshard.learn.train_config import TrainConfig, fitting_loss, quantities_fitted
 from dreamshard.state import state_dir
 
 TRAINED_BY_RUN = "trained by this run on "  # how a report's note on such a model begins
@@ -81,6 +81,11 @@ def training_note(config: TrainConfig) -> str:
             f", {config.rehearsal} tasks of the pre-training family rehearsed "
             f"({config.rehearsal_share:.0%} of each batch)"
             if wants_rehearsal(config)
+            else ""
+        )
+        + (
+            ", the measurements fitting the cost network's quantity weights only"
+            if quantities_fitted(config)
             else ""
         )
         + f", {config.costnet_steps} cost-net steps per iteration, {config.policy_updates} "

@@ -8,7 +8,7 @@ from scipy import stats
 
 from dreamshard.learn.costnet import DEVICE_TERMS, CostNet, make_batch
 from dreamshard.learn.costnet_data import Example
-from dreamshard.learn.train_config import COSTNET_LOSSES, fitting_loss
+from dreamshard.learn.train_config import COSTNET_LOSSES, fitting_loss, quantities_fitted
 
 
 def example_batch(costnet: CostNet, examples: list[Example]):
@@ -70,6 +70,20 @@ def fitted_heads(costnet: CostNet) -> list[int]:
     return [k for k in range(len(DEVICE_TERMS)) if k != skip]
 
 
+def fitted_parameters(costnet: CostNet, config) -> list[torch.nn.Parameter]:
+    """The weights of `costnet` that measurements fit under `config`: its quantity weights
+    alone (what a unit of each kernel quantity costs, per head) where `quantities_fitted` and
+    it has them, so the structure it learned on a broad family stays; else all of them."""
+    if quantities_fitted(config) and costnet.quantity_weight is not None:
+        return list(costnet.quantity_weight.parameters())
+    return list(costnet.parameters())
+
+
+def measurement_optimizer(costnet: CostNet, config) -> torch.optim.Adam:
+    """Adam over `fitted_parameters`, at the run's learning rate."""
+    return torch.optim.Adam(fitted_parameters(costnet, config), lr=config.learning_rate)
+
+
 def fit_costnet(
     state, config, examples: list[Example], replay: list[Example] | None = None
 ) -> list[float]:
@@ -108,7 +122,7 @@ def fit_costnet(
         loss = sum(
             costnet_loss(kind, device_pred[:, k], device_target[:, k] / scale) for k in heads
         ) + costnet_loss(kind, overall_pred, overall_target / scale)
-        state.costnet_optimizer.zero_grad()
+        costnet.zero_grad(set_to_none=True)  # weights the optimizer leaves alone too
         loss.backward()
         state.costnet_optimizer.step()
         losses.append(float(loss.detach()))

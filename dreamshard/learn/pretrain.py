@@ -32,7 +32,7 @@ from dreamshard.costs.dataset import record_task
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
 from dreamshard.learn.costnet_data import Example, labelled_cost, measured_rows
-from dreamshard.learn.costnet_fit import fit_costnet
+from dreamshard.learn.costnet_fit import fit_costnet, measurement_optimizer
 from dreamshard.learn.train_config import SHIPPED, TrainConfig, starts_from_shipped
 from dreamshard.placement.suites import Suite
 from dreamshard.placement.tasks import placement_task
@@ -154,8 +154,11 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
         f"the simulated backend (compute x {factor:.3f}, measured / simulated compute over "
         f"{len(rows)} measurements here), {config.pretrain_steps} steps"
     )
-    fit_costnet(state, replace(config, costnet_steps=config.pretrain_steps, iterations=1), examples)
+    # the prior fits the whole network (labels of its own, thousands of them); the
+    # measurements then fit what `measurement_optimizer` says, from a fresh optimizer
     state.costnet_optimizer = torch.optim.Adam(state.costnet.parameters(), lr=config.learning_rate)
+    fit_costnet(state, replace(config, costnet_steps=config.pretrain_steps, iterations=1), examples)
+    state.costnet_optimizer = measurement_optimizer(state.costnet, config)
     return {
         "placements": len(examples),
         "steps": config.pretrain_steps,

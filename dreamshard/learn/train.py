@@ -26,7 +26,7 @@ from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.costnet_data import Example, load_examples
-from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet
+from dreamshard.learn.costnet_fit import costnet_errors, fit_costnet, measurement_optimizer
 from dreamshard.learn.coverage import training_ranges
 from dreamshard.learn.model_file import (
     DreamShardModel,
@@ -128,7 +128,7 @@ def fresh_state(config: TrainConfig, backend=None) -> TrainState:
         0,
         costnet,
         policy,
-        torch.optim.Adam(costnet.parameters(), lr=config.learning_rate),
+        measurement_optimizer(costnet, config),
         torch.optim.Adam(policy.parameters(), lr=config.learning_rate),
         torch.Generator().manual_seed(config.seed),
         np.random.default_rng(config.seed),
@@ -201,8 +201,15 @@ def load_checkpoint(path: Path, config: TrainConfig, backend=None) -> TrainState
     state.costnet, state.policy = model.costnet, model.policy
     state.costnet.train()
     state.policy.train()
-    state.costnet_optimizer = torch.optim.Adam(state.costnet.parameters())
-    state.costnet_optimizer.load_state_dict(data["costnet_optimizer"])
+    state.costnet_optimizer = measurement_optimizer(state.costnet, config)
+    try:
+        state.costnet_optimizer.load_state_dict(data["costnet_optimizer"])
+    except ValueError as exc:  # saved before --finetune, fitting the other part
+        raise DreamshardError(
+            f"{path} fitted other weights of the cost network than --finetune "
+            f"{config.finetune} does (saved before that option): pass --finetune all to go on "
+            "from it, or another --out to start afresh"
+        ) from exc
     state.policy_optimizer = torch.optim.Adam(state.policy.parameters())
     state.policy_optimizer.load_state_dict(data["policy_optimizer"])
     state.generator.set_state(data["generator"])

@@ -13,6 +13,10 @@ SHIPPED = "shipped"  # the name --model and --init-model know the package's own 
 COSTNET_ENCODERS = ("relu", "exp", "hybrid", "quantities")
 # learn/costnet_data.py, load_examples ("step-split": DMP steps, each rank's own CPU work apart)
 LABELS = ("raw", "normalised", "per-term", "step-split")
+# what of a pre-trained cost network the measurements fit (learn/costnet_fit.py,
+# fitted_parameters): "all" of it, only its "quantities" (what a unit of each kernel quantity
+# costs: 18 positive weights), or "auto" (quantities_fitted)
+FINETUNE_CHOICES = ("auto", "all", "quantities")
 
 
 @dataclass
@@ -62,6 +66,12 @@ class TrainConfig:
     rehearsal: int = 0
     # the share of every batch those replayed tasks make (the rest: the measurements)
     rehearsal_share: float = 0.5
+    # what of the network the measurements fit, one of FINETUNE_CHOICES ("auto": only the
+    # quantity weights when a run on fbgemm starts from a pre-trained network, the prior fitted
+    # whole before them; a whole network fitted on 50 placements of one suite planned 5%
+    # dearer than the shipped one on the other suites: docs/learning.md, "Fine-tuning on a
+    # host")
+    finetune: str = "auto"
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
     warm_start_devices: tuple[int, ...] = ()
     table_aware: bool = False
@@ -86,6 +96,19 @@ def starts_from_shipped(config: TrainConfig) -> bool:
     """Whether a run starts from the package's pre-trained network (learn/train.py,
     start_model: the default, for the "quantities" design)."""
     return config.init_model in ("", SHIPPED) and config.costnet_encoder == "quantities"
+
+
+def quantities_fitted(config: TrainConfig) -> bool:
+    """Whether the measurements fit only the cost network's quantity weights: "quantities",
+    or "auto" on fbgemm from a pre-trained network (the shipped one or a model file; not
+    "none", from scratch, where every weight has to be learned)."""
+    if config.finetune != "auto":
+        return config.finetune == "quantities"
+    return (
+        config.backend == "fbgemm"
+        and config.init_model != "none"
+        and (config.init_model not in ("", SHIPPED) or starts_from_shipped(config))
+    )
 
 
 def default_loss(backend: str) -> str:
