@@ -186,7 +186,9 @@ def test_fitting_the_quantities_moves_only_them_and_still_fits_the_host():
     examples = prior_examples(suite, 24, simulated, 2.0)
     moved, errors = {}, {}
     for part in ("auto", "all"):
-        config = TrainConfig(backend="fbgemm", finetune=part, costnet_steps=60, iterations=1)
+        config = TrainConfig(
+            backend="fbgemm", finetune=part, costnet_steps=100, iterations=1, learning_rate=5e-3
+        )
         state = fresh_state(config, simulated)
         before = {k: p.detach().clone() for k, p in state.costnet.named_parameters()}
         start = costnet_errors(state.costnet, examples)["overall_mape"]
