@@ -35,13 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from script_entry import run_script
+from script_entry import report_options, run_script, write_run
 
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
 from dreamshard.learn.model_file import resolve_model
@@ -224,12 +223,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--placements", type=int, default=30, help="placements measured per suite to fit on"
     )
-    parser.add_argument("--out", default="benchmarks/results/device_error.md", help="report")
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="write the report again from --out's .json, measuring nothing",
-    )
+    report_options(parser, "benchmarks/results/device_error.md")
     args = parser.parse_args(argv)
     if args.placements < 4:
         parser.error("--placements must be at least 4")
@@ -237,18 +231,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.rerender:
-        path = Path(args.out).with_suffix(".json")
-        if not path.exists():
-            raise DreamshardError(f"no {path} to re-render: run the benchmark first")
-        result = json.loads(path.read_text())
-    else:
-        result = run(args)
-    report = render(result)
-    write_report(args.out, report, result)
-    print(report)
-    return 0
+    return write_run(parse_args(sys.argv[1:] if argv is None else argv), run, render)
 
 
 if __name__ == "__main__":

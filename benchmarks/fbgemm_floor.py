@@ -23,19 +23,16 @@ other (`dmp_headroom.cross_fitted`).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
-from script_entry import run_script
+from script_entry import report_options, run_script, stored_result
 from torchrec_e2e_figures import distinct
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.models import trained_on
 from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.model_file import resolve_model
@@ -224,12 +221,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (even)")
-    parser.add_argument("--out", default="benchmarks/results/fbgemm_floor.md", help="report")
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="write the report again from --out's .json (its measurements), measuring nothing",
-    )
+    report_options(parser, "benchmarks/results/fbgemm_floor.md")
     args = parser.parse_args(argv)
     if args.rounds < 2 or args.rounds % 2:
         parser.error("--rounds must be even and at least 2 (picked on half, judged on half)")
@@ -238,10 +230,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def rerender(out: str) -> dict:
     """The stored run of `out` (its .json), its figures computed again from its measurements."""
-    path = Path(out).with_suffix(".json")
-    if not path.exists():
-        raise DreamshardError(f"no {path} to re-render: run the benchmark first")
-    result = json.loads(path.read_text())
+    result = stored_result(out)
     result["figures"] = {
         suite: suite_figures(records, parse_suite_name(suite, 1, 1).num_devices)
         for suite, records in result["suites"].items()

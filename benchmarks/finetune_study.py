@@ -24,22 +24,18 @@ is what unbalances a plan the network thought even.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from dmp_headroom import geomean_interval
 from fbgemm_floor import measure_task
-from script_entry import run_script
+from script_entry import report_options, run_script, write_run
 from torchrec_e2e_figures import distinct
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.models import train_for_run, trained_on
-from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
@@ -184,12 +180,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--iterations", type=int, default=3, help="training iterations")
-    parser.add_argument("--out", default="benchmarks/results/finetune_study.md", help="report")
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="write the report again from --out's .json, measuring nothing",
-    )
+    report_options(parser, "benchmarks/results/finetune_study.md")
     args = parser.parse_args(argv)
     if min(args.tasks, args.rounds, args.iterations) < 1:
         parser.error("--tasks, --rounds and --iterations must be at least 1")
@@ -197,18 +188,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.rerender:
-        path = Path(args.out).with_suffix(".json")
-        if not path.exists():
-            raise DreamshardError(f"no {path} to re-render: run the benchmark first")
-        result = json.loads(path.read_text())
-    else:
-        result = run(args)
-    report = render(result)
-    write_report(args.out, report, result)
-    print(report)
-    return 0
+    return write_run(parse_args(sys.argv[1:] if argv is None else argv), run, render)
 
 
 def run(args: argparse.Namespace) -> dict:
