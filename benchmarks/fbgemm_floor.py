@@ -84,6 +84,13 @@ def measure_task(task, plans: dict, backend, rounds: int, seed: int) -> dict:
     }
 
 
+def judged_tasks(suites: str, tasks: int) -> list[tuple[str, list]]:
+    """Per suite of the comma-separated `suites`, its first `tasks` test tasks (those
+    compare_planners.py judges, fixed by the suite's seed)."""
+    names = [s.strip() for s in suites.split(",") if s.strip()]
+    return [(name, make_suite(parse_suite_name(name, 1, tasks)).test_tasks) for name in names]
+
+
 def task_floor(record: dict, devices: int) -> float:
     """The task's floor in ms: the least compute of its plans spread over the devices plus the
     least mean exchange (medians over rounds)."""
@@ -252,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     model = resolve_model(args.model)
     backend = make_backend("fbgemm")
     suites, figures = {}, {}
-    for suite in [s.strip() for s in args.suites.split(",") if s.strip()]:
+    for suite, tasks in judged_tasks(args.suites, args.tasks):
         records = []
-        for t, task in enumerate(make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks):
+        for t, task in enumerate(tasks):
             started = time.monotonic()
             record = measure_task(task, plans_of(task, model), backend, args.rounds, seed=t)
             record["task"] = task.name

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 from dmp_headroom import geomean_interval
-from fbgemm_floor import measure_task
+from fbgemm_floor import judged_tasks, measure_task
 from script_entry import report_options, run_script, write_run
 from torchrec_e2e_figures import distinct
 
@@ -40,7 +40,6 @@ from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner, place
-from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import markdown_table
 from dreamshard.state import state_dir
 
@@ -206,9 +205,9 @@ def run(args: argparse.Namespace) -> dict:
         print(f"trained {part}: {trained_on(models[part])}", flush=True)
     backend = make_backend("fbgemm")
     suites, figures = {}, {}
-    for suite in [s.strip() for s in args.suites.split(",") if s.strip()]:
+    for suite, tasks in judged_tasks(args.suites, args.tasks):
         records = []
-        for t, task in enumerate(make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks):
+        for t, task in enumerate(tasks):
             started = time.monotonic()
             record = task_record(task, models, backend, args.rounds, seed=t)
             record["task"] = task.name
