@@ -17,7 +17,10 @@ device leaves the balance as predicted). Sources:
   on as many of each of the four suites' training tasks (`--placements` x 4, the "split" mix
   for a quarter: the shards `--split auto` weighs);
 - the sum of each table's kernel measured alone (every table of a task on a device of its
-  own, in one round-robin), and its geometric mean with the shipped network's prediction.
+  own, in one round-robin), its geometric mean with the shipped network's prediction, and the
+  network's prediction scaled per device by that sum over the network's own sum of the same
+  tables alone (a per-device correction from the tables measured alone: additive, so a
+  search could carry it).
 
 Also the measurement's own noise: each device's round-to-round spread after its plan's
 common factor (what a perfect source would still show in one round).
@@ -145,6 +148,9 @@ def run(args: argparse.Namespace) -> dict:
             measured = np.median(device_compute, axis=0)
             single = examples[f"{task.name}/alone"].device_targets
             single = single[:, 0] + single[:, 2]
+            job = alone_job(task)
+            alone, _ = shipped.predict_ms(job.task, job.placement)  # the network's view
+            alone = alone[:, 0] + alone[:, 2]
             for key in HEURISTIC_KEYS:
                 plan = place(task, key, split="none")
                 got = measured[record["names"].index(key)]
@@ -155,8 +161,11 @@ def run(args: argparse.Namespace) -> dict:
                     costs, _ = network.predict_ms(task, plan)
                     predictions[name] = costs[:, 0] + costs[:, 2]
                 predictions["tables alone, summed"] = summed
-                predictions["geometric mean of the two"] = np.sqrt(
-                    summed * np.maximum(predictions["shipped network"], 1e-6)
+                network = np.maximum(predictions["shipped network"], 1e-6)
+                predictions["geometric mean of the two"] = np.sqrt(summed * network)
+                its_own = np.bincount(devices, weights=alone, minlength=task.num_devices)
+                predictions["network x measured / its own alone, summed"] = network * (
+                    summed / np.maximum(its_own, 1e-6)
                 )
                 for name, predicted in predictions.items():
                     rows.setdefault(name, {}).setdefault(suite, []).append(spread(got, predicted))
