@@ -51,7 +51,7 @@ from dreamshard.learn.pretrain import pretrain_costnet
 from dreamshard.learn.train import TrainConfig, fresh_state
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import place
-from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.suites import held_out, make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement
 from dreamshard.report import markdown_table
 from dreamshard.state import state_dir
@@ -77,6 +77,25 @@ def alone_job(task) -> Job:
     count = len(task.tables)
     alone = replace(task, num_devices=count, name=f"{task.name}/alone")
     return Job(alone, Placement(tuple(range(count)), "alone"))
+
+
+def predictions(task, plan, networks: dict, single: np.ndarray, its_own: np.ndarray) -> dict:
+    """Each source's compute of `plan`'s devices: each network's, the tables' kernels measured
+    alone (`single`) summed per device, the geometric mean of that sum and the shipped
+    network's, and the shipped network's scaled per device by that sum over its own view of
+    the same tables alone (`its_own`)."""
+    found = {}
+    for name, network in networks.items():
+        costs, _ = network.predict_ms(task, plan)
+        found[name] = costs[:, 0] + costs[:, 2]
+    devices = np.array(plan.devices)
+    summed = np.bincount(devices, weights=single, minlength=task.num_devices)
+    network = np.maximum(found["shipped network"], 1e-6)
+    own = np.bincount(devices, weights=its_own, minlength=task.num_devices)
+    found["tables alone, summed"] = summed
+    found["geometric mean of the two"] = np.sqrt(summed * network)
+    found["network x measured / its own alone, summed"] = network * summed / np.maximum(own, 1e-6)
+    return found
 
 
 def spread(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -120,10 +139,11 @@ def run(args: argparse.Namespace) -> dict:
         split = args.placements // 4
         every_jobs += collection_jobs(suite, args.placements - split)
         every_jobs += collection_jobs(suite, split, "split")
-    alone = [alone_job(t) for t in tasks.values()]
-    collect(main_jobs + every_jobs + alone, backend, dataset, "device_error")
-    examples = {e.task: e for e in load_examples(dataset, config)}
-    fitting = load_examples(dataset, config, fitting=True)  # the suites' test tasks left out
+    alone = {name: alone_job(task) for name, task in tasks.items()}
+    collect(main_jobs + every_jobs + list(alone.values()), backend, dataset, "device_error")
+    examples = load_examples(dataset, config)
+    singles = {e.task: e.device_targets[:, 0] + e.device_targets[:, 2] for e in examples}
+    fitting = [e for e in examples if not held_out(e.task)]  # the suites' test tasks left out
     main_examples = [e for e in fitting if e.task.startswith(f"{MAIN_SUITE}/")]
     prior_rows = [
         r
@@ -146,28 +166,14 @@ def run(args: argparse.Namespace) -> dict:
             device_compute = np.array(record["device_compute"])
             noise[suite].append(plan_noise(device_compute))
             measured = np.median(device_compute, axis=0)
-            single = examples[f"{task.name}/alone"].device_targets
-            single = single[:, 0] + single[:, 2]
-            job = alone_job(task)
-            alone, _ = shipped.predict_ms(job.task, job.placement)  # the network's view
-            alone = alone[:, 0] + alone[:, 2]
+            single = singles[f"{task.name}/alone"]
+            job = alone[task.name]
+            its_own, _ = shipped.predict_ms(job.task, job.placement)  # the network's view
+            its_own = its_own[:, 0] + its_own[:, 2]
             for key in HEURISTIC_KEYS:
                 plan = place(task, key, split="none")
                 got = measured[record["names"].index(key)]
-                devices = np.array(plan.devices)
-                summed = np.bincount(devices, weights=single, minlength=task.num_devices)
-                predictions = {}
-                for name, network in networks.items():
-                    costs, _ = network.predict_ms(task, plan)
-                    predictions[name] = costs[:, 0] + costs[:, 2]
-                predictions["tables alone, summed"] = summed
-                network = np.maximum(predictions["shipped network"], 1e-6)
-                predictions["geometric mean of the two"] = np.sqrt(summed * network)
-                its_own = np.bincount(devices, weights=alone, minlength=task.num_devices)
-                predictions["network x measured / its own alone, summed"] = network * (
-                    summed / np.maximum(its_own, 1e-6)
-                )
-                for name, predicted in predictions.items():
+                for name, predicted in predictions(task, plan, networks, single, its_own).items():
                     rows.setdefault(name, {}).setdefault(suite, []).append(spread(got, predicted))
     return {
         "args": vars(args),

@@ -67,10 +67,10 @@ def task_record(task, models: dict, backend, rounds: int, seed: int) -> dict:
     record = measure_task(task, plans, backend, rounds, seed)
     unique, index = distinct(plans)
     per_device = np.median(np.array(record["device_compute"]), axis=0)  # [plans, devices]
-    first = {i: record["names"].index(n) for n, i in reversed(index.items())}
+    column = {i: record["names"].index(name) for name, i in index.items()}  # any of its names
     record["device_spread"] = {
         name: [
-            device_spread(model.costnet, task, plan, per_device[first[i]])
+            device_spread(model.costnet, task, plan, per_device[column[i]])
             for i, plan in enumerate(unique)
         ]
         for name, model in models.items()

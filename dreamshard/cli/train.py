@@ -145,8 +145,9 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "help": "what of a pre-trained cost network the measurements fit: all of it, or only "
         "its quantity weights (what a unit of each kernel quantity costs on this host), so "
         "what it learned on a broad family stays; auto: quantities on fbgemm from a "
-        "pre-trained network (fitted whole on 50 placements of one suite it planned 5%% "
-        "dearer on the others, docs/learning.md), all otherwise",
+        "pre-trained network (fitted whole on a few dozen placements of one suite, a network "
+        "once predicted negative compute for crowded devices; docs/learning.md), all "
+        "otherwise",
     },
     "learning_rate": {"type": positive(float), "help": "Adam, decaying linearly"},
     "entropy_weight": {"type": float},

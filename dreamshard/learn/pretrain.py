@@ -137,9 +137,7 @@ def pretrain_costnet(state, config: TrainConfig, suite: Suite, rows: Sequence, l
         with torch.no_grad():
             for term, factor in zip(("fwd_comp", "bwd_comp"), factors):
                 state.costnet.gain[DEVICE_TERMS.index(term)] = float(np.log(factor))
-        state.costnet_optimizer = torch.optim.Adam(
-            state.costnet.parameters(), lr=config.learning_rate
-        )
+        state.costnet_optimizer = measurement_optimizer(state.costnet, config)
         log(
             f"hybrid cost network: analytic model x {factors[0]:.3f} forward, "
             f"x {factors[1]:.3f} backward (measured / simulated over {len(rows)} measurements)"

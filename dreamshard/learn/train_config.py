@@ -68,8 +68,8 @@ class TrainConfig:
     rehearsal_share: float = 0.5
     # what of the network the measurements fit, one of FINETUNE_CHOICES ("auto": only the
     # quantity weights when a run on fbgemm starts from a pre-trained network, the prior fitted
-    # whole before them; a whole network fitted on 50 placements of one suite planned 5%
-    # dearer than the shipped one on the other suites: docs/learning.md, "Fine-tuning on a
+    # whole before them; fitted whole on a few dozen placements of one suite, a network once
+    # predicted negative compute for crowded devices: docs/learning.md, "Fine-tuning on a
     # host")
     finetune: str = "auto"
     # device counts the warm start cycles the training tasks through (empty: the suite's own)
