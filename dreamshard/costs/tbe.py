@@ -33,14 +33,6 @@ class TimingConfig:
     # Bytes written between timed calls when the other groups cannot evict this one's rows:
     # twice this CPU's last-level cache. Round-robin over bigger groups evicts by itself.
     flush_bytes: int = 64 * MIB
-    # What evicts a group's rows between two of its timed calls, besides a flush: the rows the
-    # other groups touch ("touched": the bytes of their distinct rows looked up), or their whole
-    # weights ("weights", every measurement before 2026-12-05). Under "weights" a group beside
-    # others of large tables but few lookups went unflushed and ran with its rows still hot
-    # from its own last call: in a plan's measurement a device cost 28% less than alone and
-    # depended on which devices were timed beside it (6% per device, benchmarks/
-    # device_isolation.py), which separate GPUs never see and no per-device cost model can learn.
-    evict: str = "touched"
     threads: int = 1  # the CPU backward of EXACT_SGD is serial; one thread is steadier
     device: str = "auto"  # "auto": CUDA when present, else the CPU
 
@@ -53,17 +45,6 @@ class GroupInput:
     dims: list[int]
     indices: np.ndarray
     offsets: np.ndarray
-
-    def touched_bytes(self) -> int:
-        """The bytes of the distinct rows one call looks up (fp32), over all its tables."""
-        if not self.rows:
-            return 0
-        batch = (len(self.offsets) - 1) // len(self.rows)
-        touched = 0
-        for t, dim in enumerate(self.dims):
-            lookups = self.indices[self.offsets[t * batch] : self.offsets[(t + 1) * batch]]
-            touched += len(np.unique(lookups)) * dim * 4
-        return touched
 
     @classmethod
     def of(cls, tables, batch_size: int) -> GroupInput:
@@ -191,7 +172,12 @@ def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[
         batch = (len(group.offsets) - 1) // len(group.rows)
         grad = torch.randn(batch, sum(group.dims), device=device)
         prepared.append((tbe, indices, offsets, grad))
-    needs_flush = flushes_needed(groups, config, own)
+    weight_bytes = [4 * sum(r * d for r, d in zip(g.rows, g.dims)) for g in groups]
+    evicting = sum(weight_bytes[:own])  # the bytes the measured groups stream through
+    needs_flush = [
+        (evicting - own_bytes if g < own else evicting) < config.flush_bytes
+        for g, own_bytes in enumerate(weight_bytes)
+    ]
     fwd: list[list[float]] = [[] for _ in groups]
     bwd: list[list[float]] = [[] for _ in groups]
     gc.collect()
@@ -203,26 +189,6 @@ def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[
     return [
         GroupTiming(float(np.median(f)), float(np.median(b)), f, b) if f else GroupTiming(0.0, 0.0)
         for f, b in zip(fwd, bwd)
-    ]
-
-
-EVICT_CHOICES = ("touched", "weights")  # TimingConfig.evict
-
-
-def flushes_needed(groups: list[GroupInput], config: TimingConfig, own: int) -> list[bool]:
-    """Whether each group needs a flush before its timed calls: whether the bytes the other
-    measured groups (those before `own`; the ones after ride along) stream through between two
-    of its calls, as `config.evict` counts them, fall short of `config.flush_bytes`."""
-    if config.evict not in EVICT_CHOICES:
-        raise ValueError(f"unknown evict {config.evict!r}; choose one of {EVICT_CHOICES}")
-    if config.evict == "touched":
-        streamed = [g.touched_bytes() for g in groups]
-    else:
-        streamed = [4 * sum(r * d for r, d in zip(g.rows, g.dims)) for g in groups]
-    evicting = sum(streamed[:own])
-    return [
-        (evicting - own_bytes if g < own else evicting) < config.flush_bytes
-        for g, own_bytes in enumerate(streamed)
     ]
 
 
