@@ -22,6 +22,10 @@ device leaves the balance as predicted). Sources:
   tables alone (a per-device correction from the tables measured alone: additive, so a
   search could carry it).
 
+- the calibrated analytic model (`costs/simulated.py`, the simulated prior's labels) as
+  shipped, and refitted on the judged devices themselves (in-sample, 8 non-negative weights on
+  its group features): how close any fit on those features can come.
+
 Also the measurement's own noise: each device's round-to-round spread after its plan's
 common factor (what a perfect source would still show in one round).
 Measurements are stored in .dreamshard/device_error/costs.sqlite and read back, never
@@ -43,6 +47,7 @@ from script_entry import report_options, run_script, write_run
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, versions
+from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel, fit_model, group_features
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
@@ -55,6 +60,7 @@ from dreamshard.placement.suites import held_out, make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement
 from dreamshard.report import markdown_table
 from dreamshard.state import state_dir
+from dreamshard.tables.traces import table_batch_size
 
 MAIN_SUITE = "cpu-50x4"  # the main job's
 SUITES = ("cpu-50x4", "cpu-100x4", "cpu-100x8", "cpu-200x8")
@@ -96,6 +102,40 @@ def predictions(task, plan, networks: dict, single: np.ndarray, its_own: np.ndar
     found["geometric mean of the two"] = np.sqrt(summed * network)
     found["network x measured / its own alone, summed"] = network * summed / np.maximum(own, 1e-6)
     return found
+
+
+def analytic_features(task, plan) -> np.ndarray:
+    """[devices, 8] the analytic model's group features of each device of `plan` (zeros for an
+    empty one), at the simulated backend's batch size."""
+    batch = table_batch_size(task.tables, SimulatedBackend().batch_size)
+    return np.array(
+        [
+            group_features([task.tables[i] for i in members], batch)
+            for members in plan.device_tables(task.num_devices)
+        ]
+    )
+
+
+def analytic_spreads(judged: list[tuple[str, np.ndarray, np.ndarray]]) -> dict:
+    """The analytic model's spreads on `judged` (suite, measured compute, features) per plan:
+    as shipped, and refitted on all the judged busy devices at once (in-sample)."""
+    busy = [(m > 0) for _, m, _ in judged]
+    features = np.concatenate([f[b] for (_, _, f), b in zip(judged, busy)])
+    target = np.concatenate([m[b] for (_, m, _), b in zip(judged, busy)])
+    models = {
+        "analytic model, as shipped": SimulatedModel.load(),
+        "analytic model, refitted on these devices (in-sample)": fit_model(
+            features, target, target
+        ),
+    }
+    rows: dict[str, dict[str, list[float]]] = {}
+    for name, model in models.items():
+        for suite, measured, features in judged:
+            forward, backward = model.predict(features)
+            rows.setdefault(name, {}).setdefault(suite, []).append(
+                spread(measured, forward + backward)
+            )
+    return rows
 
 
 def spread(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -158,7 +198,7 @@ def run(args: argparse.Namespace) -> dict:
         )
         networks[f"fitted {part}, four suites"] = fitted_network(backend, fitting, prior_rows, part)
     rows: dict[str, dict[str, list[float]]] = {}
-    noise = {}
+    noise, judged = {}, []
     for suite, records in study["suites"].items():
         noise[suite] = []
         for record in records:
@@ -173,8 +213,10 @@ def run(args: argparse.Namespace) -> dict:
             for key in HEURISTIC_KEYS:
                 plan = place(task, key, split="none")
                 got = measured[record["names"].index(key)]
+                judged.append((suite, got, analytic_features(task, plan)))
                 for name, predicted in predictions(task, plan, networks, single, its_own).items():
                     rows.setdefault(name, {}).setdefault(suite, []).append(spread(got, predicted))
+    rows |= analytic_spreads(judged)
     return {
         "args": vars(args),
         "date": time.strftime("%Y-%m-%d"),
