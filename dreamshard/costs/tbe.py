@@ -35,15 +35,6 @@ class TimingConfig:
     flush_bytes: int = 64 * MIB
     threads: int = 1  # the CPU backward of EXACT_SGD is serial; one thread is steadier
     device: str = "auto"  # "auto": CUDA when present, else the CPU
-    # Where each group's memory lands: "fixed" (built in device order, every measurement
-    # before 2026-12-05) or "shuffled" (built in a fresh random order, each after a spacer of
-    # random size). On this CPU a group's time depends on where its weights land by about 5%,
-    # reproducibly for one build order: two copies of one group timed in one measurement
-    # differed by 4.7% (spread over groups) and kept their difference from round to round
-    # (1.4%), so under "fixed" no model of a device's tables could predict its time closer
-    # (benchmarks/layout_effect.py). Shuffled, that part is drawn afresh each measurement and
-    # the medians over rounds average it out.
-    layout: str = "fixed"
 
 
 @dataclass
@@ -160,22 +151,6 @@ def time_groups_with_reference(
     return timings[:-1], timings[-1]
 
 
-LAYOUTS = ("fixed", "shuffled")  # TimingConfig.layout
-SPACER_MAX = 16 * MIB  # a "shuffled" layout's spacers: 0 to this many bytes before each group
-RNG = np.random.default_rng()  # fresh entropy: a layout drawn anew every measurement
-
-
-def build_order(count: int, own: int, config: TimingConfig) -> list[int]:
-    """The order the groups are built in: device order, or under the "shuffled" layout the
-    measured groups (before `own`) in a random order; the ones riding along last, in order."""
-    if config.layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {config.layout!r}; choose one of {LAYOUTS}")
-    measured = list(range(own))
-    if config.layout == "shuffled":
-        measured = [int(g) for g in RNG.permutation(own)]
-    return measured + list(range(own, count))
-
-
 def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[GroupTiming]:
     """Time every group round-robin; groups from index `own` on ride along (the reference)."""
     device = resolve_device(config.device)
@@ -183,14 +158,11 @@ def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[
         torch.set_num_threads(config.threads)
     clock = _Clock(device)
     flush = torch.empty(config.flush_bytes // 4, dtype=torch.float32, device=device)
-    prepared: list = [None] * len(groups)  # a device with no tables runs no kernel
-    spacers = []  # held until the groups are timed, so the memory they take stays taken
-    for g in build_order(len(groups), own, config):
-        group = groups[g]
-        if not group.rows:
+    prepared = []
+    for g, group in enumerate(groups):
+        if not group.rows:  # a device with no tables runs no kernel
+            prepared.append(None)
             continue
-        if config.layout == "shuffled":
-            spacers.append(torch.ones(int(RNG.integers(0, SPACER_MAX)) // 4, device=device))
         try:
             tbe = build_tbe(group.rows, group.dims, config, device)
         except Exception as exc:  # noqa: BLE001
@@ -199,7 +171,7 @@ def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[
         offsets = torch.from_numpy(np.ascontiguousarray(group.offsets, dtype=np.int64)).to(device)
         batch = (len(group.offsets) - 1) // len(group.rows)
         grad = torch.randn(batch, sum(group.dims), device=device)
-        prepared[g] = (tbe, indices, offsets, grad)
+        prepared.append((tbe, indices, offsets, grad))
     weight_bytes = [4 * sum(r * d for r, d in zip(g.rows, g.dims)) for g in groups]
     evicting = sum(weight_bytes[:own])  # the bytes the measured groups stream through
     needs_flush = [
