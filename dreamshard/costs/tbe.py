@@ -4,8 +4,10 @@ Each group is built as a single `SplitTableBatchedEmbeddingBagsCodegen` over its
 their traces concatenated table-major, and timed: the forward pass, then the backward pass with
 its fused optimizer update. Groups are timed round-robin (iteration i of every group before
 iteration i + 1 of any), so drift on a shared machine hits all groups alike, and a cache flush
-precedes every timed call so no group runs with rows left hot by the previous one (in training,
-the dense layers and the all-to-all run between two embedding steps).
+precedes a group's timed calls unless the other groups' weights exceed the flush, so no group
+runs with rows left hot by its previous call (in training, the dense layers and the all-to-all
+run between two embedding steps). Their weights, not the rows they touch: counting those
+instead measured the same (benchmarks/results/retired/device_isolation.md).
 CPU: weights fp32 in host memory, a monotonic clock. CUDA: fp16 weights in device memory,
 CUDA events.
 """
