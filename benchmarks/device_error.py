@@ -20,8 +20,7 @@ device leaves the balance as predicted). Sources:
   own, in one round-robin), its geometric mean with the shipped network's prediction, and the
   network's prediction scaled per device by that sum over the network's own sum of the same
   tables alone (a per-device correction from the tables measured alone: additive, so a
-  search could carry it).
-
+  search could carry it);
 - the calibrated analytic model (`costs/simulated.py`, the simulated prior's labels) as
   shipped, and refitted on the judged devices themselves (in-sample, 8 non-negative weights on
   its group features): how close any fit on those features can come.
