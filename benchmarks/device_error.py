@@ -46,7 +46,7 @@ from script_entry import report_options, run_script, write_run
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, versions
-from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel, fit_model, group_features
+from dreamshard.costs.simulated import SimulatedBackend, SimulatedModel, fit_model
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet_data import load_examples, measured_rows
 from dreamshard.learn.costnet_fit import fit_costnet
@@ -59,7 +59,6 @@ from dreamshard.placement.suites import held_out, make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement
 from dreamshard.report import markdown_table
 from dreamshard.state import state_dir
-from dreamshard.tables.traces import table_batch_size
 
 MAIN_SUITE = "cpu-50x4"  # the main job's
 SUITES = ("cpu-50x4", "cpu-100x4", "cpu-100x8", "cpu-200x8")
@@ -103,36 +102,23 @@ def predictions(task, plan, networks: dict, single: np.ndarray, its_own: np.ndar
     return found
 
 
-def analytic_features(task, plan) -> np.ndarray:
-    """[devices, 8] the analytic model's group features of each device of `plan` (zeros for an
-    empty one), at the simulated backend's batch size."""
-    batch = table_batch_size(task.tables, SimulatedBackend().batch_size)
-    return np.array(
-        [
-            group_features([task.tables[i] for i in members], batch)
-            for members in plan.device_tables(task.num_devices)
-        ]
-    )
-
-
 def analytic_spreads(judged: list[tuple[str, np.ndarray, np.ndarray]]) -> dict:
     """The analytic model's spreads on `judged` (suite, measured compute, features) per plan:
     as shipped, and refitted on all the judged busy devices at once (in-sample)."""
     busy = [(m > 0) for _, m, _ in judged]
     features = np.concatenate([f[b] for (_, _, f), b in zip(judged, busy)])
     target = np.concatenate([m[b] for (_, m, _), b in zip(judged, busy)])
+    shipped = SimulatedModel.load()
+    refitted = fit_model(features, target, target)  # both terms fitted to the compute: one read
     models = {
-        "analytic model, as shipped": SimulatedModel.load(),
-        "analytic model, refitted on these devices (in-sample)": fit_model(
-            features, target, target
-        ),
+        "analytic model, as shipped": lambda f: sum(shipped.predict(f)),
+        "analytic model, refitted on these devices (in-sample)": lambda f: refitted.predict(f)[0],
     }
     rows: dict[str, dict[str, list[float]]] = {}
-    for name, model in models.items():
+    for name, compute in models.items():
         for suite, measured, features in judged:
-            forward, backward = model.predict(features)
             rows.setdefault(name, {}).setdefault(suite, []).append(
-                spread(measured, forward + backward)
+                spread(measured, compute(features))
             )
     return rows
 
@@ -197,7 +183,7 @@ def run(args: argparse.Namespace) -> dict:
         )
         networks[f"fitted {part}, four suites"] = fitted_network(backend, fitting, prior_rows, part)
     rows: dict[str, dict[str, list[float]]] = {}
-    noise, judged = {}, []
+    noise, judged, analytic = {}, [], SimulatedBackend()
     for suite, records in study["suites"].items():
         noise[suite] = []
         for record in records:
@@ -212,7 +198,7 @@ def run(args: argparse.Namespace) -> dict:
             for key in HEURISTIC_KEYS:
                 plan = place(task, key, split="none")
                 got = measured[record["names"].index(key)]
-                judged.append((suite, got, analytic_features(task, plan)))
+                judged.append((suite, got, analytic.device_features(task, plan)))
                 for name, predicted in predictions(task, plan, networks, single, its_own).items():
                     rows.setdefault(name, {}).setdefault(suite, []).append(spread(got, predicted))
     rows |= analytic_spreads(judged)

@@ -204,14 +204,21 @@ class SimulatedBackend:
         a split candidate (`placement.splitting.SplitRating`)."""
         return float(self.overall_many(task, placements).min())
 
+    def device_features(self, task: PlacementTask, placement: Placement) -> np.ndarray:
+        """[devices, GROUP_FEATURES] each device's group features (zeros for an empty one), of
+        the placement's shards, at this backend's batch size: what `measure` weighs."""
+        task, placement = shard_view(task, placement)
+        batch = table_batch_size(task.tables, self.batch_size)
+        members = placement.device_tables(task.num_devices)
+        return np.stack([group_features([task.tables[i] for i in m], batch) for m in members])
+
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()
         check_legal(task, placement)
         task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
-        features = np.stack([group_features(g, batch) for g in groups])
-        fwd, bwd = self.model.predict(features)
+        fwd, bwd = self.model.predict(self.device_features(task, placement))
         widths = np.array([sum(pooled_width(t) for t in g) for g in groups])
         topology = get_topology(self.topology)
         allreduce = allreduce_ms(task.tables, task.num_devices, topology)
