@@ -1,0 +1,193 @@
+"""How uneven a perfectly even plan measures on real kernels, beside dreamshard's plan (issue 28:
+how much of the `--split auto` plan's measured imbalance any plan would show on this host).
+
+Run: .venv/bin/python benchmarks/even_plan_noise.py [--model shipped|FILE]
+         [--suites cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8] [--tasks 3] [--rounds 6] [--rerender]
+
+A plan's cost is its busiest device's, so even a plan whose devices do exactly the same work
+measures above its devices' mean: each device's timing has its own noise, and the busiest is
+the one the noise raised most. Per suite its first `--tasks` test tasks (those
+`benchmarks/compare_planners.py` judges), and per task, in `--rounds` interleaved rounds (each
+in a fresh order): dreamshard `--split auto`'s plan with `--model` (its devices relabelled at
+random each round), and an even plan of the same size: the group of the plan's first device
+copied onto every device (each copy its own kernel and its own copy of the trace), timed as
+the fbgemm backend times a plan's devices (`time_groups_with_reference`, under the host's
+measurement lock).
+
+Unevenness of either: the median over rounds of its busiest device's compute, over the mean
+over devices of each device's median compute, minus 1 (what `fbgemm_floor.py` calls a plan's
+imbalance, here as a share of its own mean device compute). The even plan's is what no
+placement can avoid here; the plan's past it is what a better balance could still take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+from dmp_headroom import geomean_interval
+from fbgemm_floor import judged_tasks
+from script_entry import report_options, run_script, write_run
+
+from dreamshard.costs.backends import describe_costs, make_backend
+from dreamshard.costs.dataset import hardware, versions
+from dreamshard.costs.fbgemm import device_groups
+from dreamshard.costs.host_lock import host_lock
+from dreamshard.costs.reference import reference_tables
+from dreamshard.evaluation.models import trained_on
+from dreamshard.learn.model_file import resolve_model
+from dreamshard.placement.registry import named_planner
+from dreamshard.report import markdown_table
+from dreamshard.tables.traces import table_batch_size
+
+
+def uneven(compute: np.ndarray) -> float:
+    """[rounds, devices] compute of a plan's busy devices: its busiest device's median over
+    rounds past the devices' mean median, as a share of that mean."""
+    return float(np.median(compute.max(axis=1)) / np.median(compute, axis=0).mean() - 1)
+
+
+def even_compute(group, devices: int, backend) -> np.ndarray:
+    """[devices] compute (ms) of `group` copied onto every device, timed as the backend times a
+    plan's devices, the reference group beside them."""
+    from dreamshard.costs.tbe import GroupInput, time_groups_with_reference
+
+    copies = [
+        GroupInput(list(group.rows), list(group.dims), group.indices.copy(), group.offsets.copy())
+        for _ in range(devices)
+    ]
+    tables = reference_tables()
+    reference = GroupInput.of(tables, table_batch_size(tables, backend.batch_size))
+    with host_lock():
+        timings, _ = time_groups_with_reference(copies, reference, backend.timing)
+    return np.array([t.fwd_ms + t.bwd_ms for t in timings])
+
+
+def measure_task(task, plan, backend, rounds: int, seed: int) -> dict:
+    """Per round the plan's devices' compute (relabelled back) and the even plan's."""
+    n = task.num_devices
+    group = device_groups(task, plan, table_batch_size(task.tables, backend.batch_size))[0]
+    rng = np.random.default_rng(seed)
+    planned, even = np.zeros((rounds, n)), np.zeros((rounds, n))
+    for r in range(rounds):
+        for which in rng.permutation(2):
+            if which == 0:
+                labels = rng.permutation(n)
+                relabelled = replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
+                devices = backend.measure(task, relabelled).devices
+                planned[r] = [
+                    devices[labels[d]].fwd_comp + devices[labels[d]].bwd_comp for d in range(n)
+                ]
+            else:
+                even[r] = even_compute(group, n, backend)
+    busy = planned[0] > 0
+    return {
+        "task": task.name,
+        "plan": planned.tolist(),
+        "even": even.tolist(),
+        "plan_uneven": uneven(planned[:, busy]),
+        "even_uneven": uneven(even),
+        "busy_devices": int(busy.sum()),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    began = time.monotonic()
+    model = resolve_model(args.model)
+    backend = make_backend("fbgemm")
+    suites = {}
+    for suite, tasks in judged_tasks(args.suites, args.tasks):
+        records = []
+        for t, task in enumerate(tasks):
+            plan = named_planner("dreamshard", model, split="auto")(task, 0)
+            record = measure_task(task, plan, backend, args.rounds, seed=t)
+            records.append(record)
+            print(
+                f"{task.name}: plan {record['plan_uneven']:.1%} uneven, even plan "
+                f"{record['even_uneven']:.1%}",
+                flush=True,
+            )
+        suites[suite] = records
+    return {
+        "args": vars(args),
+        "hardware": hardware(),
+        "versions": versions(),
+        "costs": describe_costs(backend.config()),
+        "model": f"`{args.model}` ({trained_on(model)})",
+        "suites": suites,
+        "seconds": time.monotonic() - began,
+    }
+
+
+def cells(records: list[dict]) -> list[str]:
+    plan = [r["plan_uneven"] for r in records]
+    even = [r["even_uneven"] for r in records]
+    ratio, low, high = geomean_interval([np.log((1 + p) / (1 + e)) for p, e in zip(plan, even)])
+    return [
+        f"{np.mean(plan):.1%}",
+        f"{np.mean(even):.1%}",
+        f"{np.mean(np.array(plan) - np.array(even)):.1%}",
+        f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
+    ]
+
+
+def render(result: dict) -> str:
+    args = result["args"]
+    rows, pooled = [], []
+    for suite, records in result["suites"].items():
+        pooled += records
+        rows.append([suite, len(records), *cells(records)])
+    rows.append(["all", len(pooled), *cells(pooled)])
+    header = [
+        "suite",
+        "tasks",
+        "dreamshard --split auto uneven",
+        "even plan uneven",
+        "the plan's past it",
+        "plan's busiest / even plan's (over their means)",
+    ]
+    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender")
+    lines = [
+        f"# How uneven an even plan measures on real kernels ({time.strftime('%Y-%m-%d')})",
+        f"Command: `.venv/bin/python benchmarks/even_plan_noise.py {options}`; "
+        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
+        f"every figure); {result['versions']}.",
+        f"Costs: {result['costs']}; compute only (fused kernels' forward and backward). "
+        f"{args['rounds']} interleaved rounds, each in a fresh order; the plan's devices "
+        "relabelled at random each round.",
+        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
+        f"judges), fixed by the suites' seeds. Model: {result['model']}.",
+        "Even plan: the group of dreamshard `--split auto`'s first device copied onto every "
+        "device, each copy its own kernel. Uneven: the median over rounds of the busiest "
+        "device's compute over the devices' mean median compute, minus 1, mean over tasks; "
+        "past it: the plan's minus the even plan's; the last column: (1 + the plan's) over "
+        "(1 + the even plan's), geometric mean over tasks [bootstrap 95%].",
+        markdown_table(header, rows),
+    ]
+    return "\n\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="shipped", help="dreamshard's model (default shipped)")
+    parser.add_argument(
+        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
+    )
+    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    report_options(parser, "benchmarks/results/even_plan_noise.md")
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_run(parse_args(sys.argv[1:] if argv is None else argv), run, render)
+
+
+if __name__ == "__main__":
+    run_script(main)
