@@ -14,9 +14,11 @@ copied onto every device (each copy its own kernel and its own copy of the trace
 the fbgemm backend times a plan's devices (`time_groups_with_reference`, under the host's
 measurement lock).
 
-Unevenness of either: the median over rounds of its busiest device's compute, over the mean
-over devices of each device's median compute, minus 1 (what `fbgemm_floor.py` calls a plan's
-imbalance, here as a share of its own mean device compute). The even plan's is what no
+Unevenness of the plan: the median over rounds of its busiest device's total (compute and
+exchange: its cost), over the mean over devices of each device's median total, minus 1 (what
+`fbgemm_floor.py` calls a plan's imbalance, here as a share of its own mean device total). Of
+the even plan: the same over its compute, scaled by the plan's mean compute over its mean total
+(the same milliseconds, as a share of the plan's mean device total). The even plan's is what no
 placement can avoid here; the plan's past it is what a better balance could still take.
 """
 
@@ -67,29 +69,32 @@ def even_compute(group, devices: int, backend) -> np.ndarray:
 
 
 def measure_task(task, plan, backend, rounds: int, seed: int) -> dict:
-    """Per round the plan's devices' compute (relabelled back) and the even plan's."""
+    """Per round each of the plan's devices' total (compute and exchange, relabelled back) and
+    compute, and the even plan's compute."""
     n = task.num_devices
     group = device_groups(task, plan, table_batch_size(task.tables, backend.batch_size))[0]
     rng = np.random.default_rng(seed)
-    planned, even = np.zeros((rounds, n)), np.zeros((rounds, n))
+    total, compute, even = np.zeros((rounds, n)), np.zeros((rounds, n)), np.zeros((rounds, n))
     for r in range(rounds):
         for which in rng.permutation(2):
             if which == 0:
                 labels = rng.permutation(n)
                 relabelled = replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
-                devices = backend.measure(task, relabelled).devices
-                planned[r] = [
-                    devices[labels[d]].fwd_comp + devices[labels[d]].bwd_comp for d in range(n)
-                ]
+                devices = [backend.measure(task, relabelled).devices[i] for i in labels]
+                total[r] = [d.total for d in devices]
+                compute[r] = [d.fwd_comp + d.bwd_comp for d in devices]
             else:
                 even[r] = even_compute(group, n, backend)
-    busy = planned[0] > 0
+    busy = compute[0] > 0
+    # the even plan's unevenness in ms, as a share of the plan's mean device total
+    share = np.median(compute[:, busy], axis=0).mean() / np.median(total[:, busy], axis=0).mean()
     return {
         "task": task.name,
-        "plan": planned.tolist(),
+        "total": total.tolist(),
+        "compute": compute.tolist(),
         "even": even.tolist(),
-        "plan_uneven": uneven(planned[:, busy]),
-        "even_uneven": uneven(even),
+        "plan_uneven": uneven(total[:, busy]),
+        "even_uneven": uneven(even) * float(share),
         "busy_devices": int(busy.sum()),
     }
 
@@ -162,7 +167,9 @@ def render(result: dict) -> str:
         f"judges), fixed by the suites' seeds. Model: {result['model']}.",
         "Even plan: the group of dreamshard `--split auto`'s first device copied onto every "
         "device, each copy its own kernel. Uneven: the median over rounds of the busiest "
-        "device's compute over the devices' mean median compute, minus 1, mean over tasks; "
+        "device's total (compute and exchange) over the devices' mean median total, minus 1; "
+        "the even plan's over its compute, as a share of the plan's mean total; mean over "
+        "tasks; "
         "past it: the plan's minus the even plan's; the last column: (1 + the plan's) over "
         "(1 + the even plan's), geometric mean over tasks [bootstrap 95%].",
         markdown_table(header, rows),
