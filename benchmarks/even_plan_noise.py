@@ -80,7 +80,8 @@ def measure_task(task, plan, backend, rounds: int, seed: int) -> dict:
             if which == 0:
                 labels = rng.permutation(n)
                 relabelled = replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
-                devices = [backend.measure(task, relabelled).devices[i] for i in labels]
+                measured = backend.measure(task, relabelled).devices
+                devices = [measured[i] for i in labels]
                 total[r] = [d.total for d in devices]
                 compute[r] = [d.fwd_comp + d.bwd_comp for d in devices]
             else:
