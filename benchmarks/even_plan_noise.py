@@ -42,6 +42,7 @@ from dreamshard.costs.reference import reference_tables
 from dreamshard.evaluation.models import trained_on
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.registry import named_planner
+from dreamshard.placement.tasks import shard_view
 from dreamshard.report import markdown_table
 from dreamshard.tables.traces import table_batch_size
 
@@ -128,6 +129,53 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def with_predictions(result: dict) -> dict:
+    """Each record with what the model predicted of its plan's devices (the plan made again:
+    the planner is deterministic for a model and a task): totals and compute in ms, and how
+    many tables or shards each device holds. Records that have them keep them."""
+    missing = [r for records in result["suites"].values() for r in records if "predicted" not in r]
+    if not missing:
+        return result
+    model = resolve_model(result["args"]["model"])
+    for suite, tasks in judged_tasks(result["args"]["suites"], result["args"]["tasks"]):
+        for task, record in zip(tasks, result["suites"][suite]):
+            plan = named_planner("dreamshard", model, split="auto")(task, 0)
+            shards, view = shard_view(task, plan)
+            devices, _ = model.costnet.predict_ms(shards, view)
+            record["predicted"] = {
+                "total": devices.sum(axis=1).tolist(),
+                "compute": (devices[:, 0] + devices[:, 2]).tolist(),
+                "tables": [len(m) for m in view.device_tables(task.num_devices)],
+            }
+    return result
+
+
+def busiest_rows(result: dict) -> list[list]:
+    """Per task: the device the model predicts busiest (its tables, predicted and measured total)
+    beside the device measured busiest, and the range over the plan's busy devices of measured
+    over predicted compute."""
+    rows = []
+    for records in result["suites"].values():
+        for r in records:
+            measured = np.median(np.array(r["total"]), axis=0)
+            compute = np.median(np.array(r["compute"]), axis=0)
+            predicted = np.array(r["predicted"]["total"])
+            ratio = compute / np.array(r["predicted"]["compute"])
+            busy = compute > 0
+            p, m = int(np.argmax(predicted)), int(np.argmax(measured))
+            rows.append(
+                [
+                    r["task"],
+                    r["predicted"]["tables"][p],
+                    f"{predicted[p]:.1f} / {measured[p]:.1f}",
+                    r["predicted"]["tables"][m],
+                    f"{predicted[m]:.1f} / {measured[m]:.1f}",
+                    f"{ratio[busy].min():.2f}-{ratio[busy].max():.2f}",
+                ]
+            )
+    return rows
+
+
 def cells(records: list[dict]) -> list[str]:
     plan = [r["plan_uneven"] for r in records]
     even = [r["even_uneven"] for r in records]
@@ -142,6 +190,7 @@ def cells(records: list[dict]) -> list[str]:
 
 def render(result: dict) -> str:
     args = result["args"]
+    with_predictions(result)
     rows, pooled = [], []
     for suite, records in result["suites"].items():
         pooled += records
@@ -174,6 +223,22 @@ def render(result: dict) -> str:
         "past it: the plan's minus the even plan's; the last column: (1 + the plan's) over "
         "(1 + the even plan's), geometric mean over tasks [bootstrap 95%].",
         markdown_table(header, rows),
+        "## Where the plan's busiest device is\n\nPer task, the device the model predicts "
+        "busiest and the device measured busiest: the tables (or shards) on it, its predicted "
+        "/ measured total in ms (medians over rounds); and the range over the plan's busy "
+        "devices of measured over predicted compute (one factor on every device would leave the "
+        "balance as predicted).",
+        markdown_table(
+            [
+                "task",
+                "predicted busiest: tables",
+                "predicted / measured ms",
+                "measured busiest: tables",
+                "predicted / measured ms",
+                "measured / predicted compute",
+            ],
+            busiest_rows(result),
+        ),
     ]
     return "\n\n".join(lines) + "\n"
 
