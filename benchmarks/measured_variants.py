@@ -11,7 +11,10 @@ per task: the four greedy heuristics whole, dreamshard `--split auto` with `--mo
 shards) by swapping them pairwise between devices, stays legal, and is predicted by the cost
 network at most 1% dearer than the plan (`near_equal_variants`, seeded by the task): plans the
 planner cannot tell apart. All are measured on the fbgemm backend in `--rounds` interleaved
-rounds, each round in a fresh order (`fbgemm_floor.measure_task`).
+rounds, each round in a fresh order, each plan with its devices relabelled at random
+(`measure_relabelled`): the devices are alike, so whatever a device's place in the build order
+does to its timing is not kept by any plan, nor by a pick judged in the labels it was picked
+in.
 
 Figures, over the suite's strongest fixed heuristic (the whole-table heuristic of least mean
 cost over the suite's tasks): the plan itself; the best of the plan and its variants picked on
