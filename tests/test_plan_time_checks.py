@@ -71,3 +71,27 @@ def test_an_even_plan_is_uneven_only_by_its_busiest_rounds():
     heavy = same.copy()
     heavy[:, 0] = 6.0
     assert even_plan_noise.uneven(heavy) == pytest.approx(6.0 / 5.25 - 1)
+
+
+additivity = load_benchmark("additivity")
+
+
+def test_an_additive_kernel_is_predicted_exactly_once_fitted():
+    rng = np.random.default_rng(0)
+    alone = rng.uniform(1.0, 3.0, 12)  # 12 tables' kernels alone
+    placements = [rng.integers(0, 3, 12) for _ in range(8)]  # 8 random plans on 3 devices
+    # every device costs 0.8 x its tables alone + 0.5 a table + 1.0 for the kernel
+    devices = []
+    for row in placements:
+        devices.append(
+            [0.8 * alone[row == d].sum() + 0.5 * (row == d).sum() + 1.0 for d in range(3)]
+        )
+    record = {
+        "alone": [alone.tolist(), alone.tolist()],
+        "devices": [devices, devices],
+        "placements": [row.tolist() for row in placements],
+    }
+    figures = additivity.task_figures(record, ridge=0.3)
+    assert figures["k x sum + b x tables + c"] == pytest.approx(0.0, abs=1e-9)
+    assert figures["noise"] == pytest.approx(0.0, abs=1e-12)
+    assert figures["tables alone, summed"] > 0.01  # the plain sum misses the per-table cost
