@@ -32,7 +32,7 @@ import time
 import numpy as np
 from device_error import alone_job, plan_noise, spread
 from fbgemm_floor import judged_tasks
-from script_entry import report_options, run_script, write_run
+from script_entry import command_line, report_options, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -150,10 +150,9 @@ def render(result: dict) -> str:
         values = [figures[s][name] for s in figures]
         label = "(measurement noise, one round)" if name == "noise" else name
         rows.append([label, *(f"{v:.3f}" for v in values), f"{np.mean(values):.3f}"])
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender")
     lines = [
         f"# How far a fused kernel is from the sum of its tables ({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/additivity.py {options}`; "
+        f"Command: `{command_line('additivity.py', args)}`; "
         f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
         f"every figure); {result['versions']}.",
         f"Costs: {result['costs']}; compute only (each device's forward and backward kernels). "

@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 from dmp_headroom import geomean_interval
 from fbgemm_floor import judged_tasks
-from script_entry import report_options, run_script, write_run
+from script_entry import command_line, report_options, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -204,10 +204,9 @@ def render(result: dict) -> str:
         "the plan's past it",
         "plan's busiest / even plan's (over their means)",
     ]
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender")
     lines = [
         f"# How uneven an even plan measures on real kernels ({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/even_plan_noise.py {options}`; "
+        f"Command: `{command_line('even_plan_noise.py', args)}`; "
         f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
         f"every figure); {result['versions']}.",
         f"Costs: {result['costs']}; compute only (fused kernels' forward and backward). "

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
-from script_entry import report_options, run_script, stored_result
+from script_entry import command_line, report_options, run_script, stored_result
 from torchrec_e2e_figures import distinct
 
 from dreamshard.costs.backends import describe_costs, make_backend
@@ -114,17 +114,24 @@ def excess(record: dict, devices: int, plan: str) -> dict:
     }
 
 
+def strongest_heuristic(records: list[dict]) -> str:
+    """The suite's strongest fixed heuristic: the whole-table heuristic of least mean cost over
+    its tasks' records (each with `names` and `overall` [rounds, names]), as compare_planners
+    takes it."""
+    means = {
+        k: np.mean([np.mean(np.array(r["overall"])[:, r["names"].index(k)]) for r in records])
+        for k in HEURISTIC_KEYS
+    }
+    return min(means, key=means.get)
+
+
 def suite_figures(records: list[dict], devices: int) -> dict:
     """Over a suite's tasks: its strongest fixed heuristic, and per task the floor, the best of
     the plans (cross-fitted) and dreamshard --split auto, as log ratios over that heuristic,
     and dreamshard --split auto's excess over the floor (`excess`) as shares of the
     heuristic's cost."""
     names = records[0]["names"]
-    means = {
-        k: np.mean([np.mean(np.array(r["overall"])[:, names.index(k)]) for r in records])
-        for k in HEURISTIC_KEYS
-    }
-    strongest = min(means, key=means.get)
+    strongest = strongest_heuristic(records)
     ref = names.index(strongest)
     out = {"strongest": strongest, "floor": [], "best": [], "dreamshard auto": [], "apart": []}
     out["excess"] = {part: [] for part in ("imbalance", "work", "exchange")}
@@ -141,12 +148,6 @@ def suite_figures(records: list[dict], devices: int) -> dict:
         for part, ms in excess(r, devices, "dreamshard auto").items():
             out["excess"][part].append(ms / reference)
     return out
-
-
-def command_of(args: dict) -> str:
-    """The run's command with every option spelled out (the same run, from its stored args)."""
-    options = [f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender"]
-    return ".venv/bin/python benchmarks/fbgemm_floor.py " + " ".join(options)
 
 
 def excess_table(figures: dict) -> str:
@@ -192,7 +193,8 @@ def render(result: dict) -> str:
     lines = [
         f"# How far a placement can go below the heuristics on real kernels "
         f"({time.strftime('%Y-%m-%d')})",
-        f"Command: `{command_of(args)}`; {result['seconds'] / 60:.1f} min in all"
+        f"Command: `{command_line('fbgemm_floor.py', args)}`; "
+        f"{result['seconds'] / 60:.1f} min in all"
         + (
             f" (this report re-rendered from its .json {result['rerendered']})"
             if "rerendered" in result

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 from dmp_headroom import geomean_interval
-from fbgemm_floor import judged_tasks, measure_task
+from fbgemm_floor import judged_tasks, measure_task, strongest_heuristic
 from script_entry import report_options, run_script, write_run
 from torchrec_e2e_figures import distinct
 
@@ -83,11 +83,7 @@ def suite_figures(records: list[dict]) -> dict:
     over it (log of the mean over rounds of the paired ratio), the quantities model's plan over
     the all model's (paired), and each network's mean device spread."""
     names = records[0]["names"]
-    means = {
-        k: np.mean([np.mean(np.array(r["overall"])[:, names.index(k)]) for r in records])
-        for k in HEURISTIC_KEYS
-    }
-    strongest = min(means, key=means.get)
+    strongest = strongest_heuristic(records)
     out = {"strongest": strongest, **{m: [] for m in MODELS}, "paired": [], "spread": {}}
     for r in records:
         logs = np.log(np.array(r["overall"]))

@@ -33,8 +33,8 @@ from dataclasses import replace
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
-from fbgemm_floor import judged_tasks
-from script_entry import report_options, run_script, write_run
+from fbgemm_floor import judged_tasks, strongest_heuristic
+from script_entry import command_line, report_options, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -108,12 +108,7 @@ def plans_of(task, model, variants: int, seed: int) -> dict:
 def suite_figures(records: list[dict]) -> dict:
     """Per task, as log ratios over the suite's strongest fixed heuristic: the plan, the best of
     the plan and its variants cross-fitted and in hindsight; and the variants' spread."""
-    names = records[0]["names"]
-    means = {
-        k: np.mean([np.mean(np.array(r["overall"])[:, names.index(k)]) for r in records])
-        for k in HEURISTIC_KEYS
-    }
-    strongest = min(means, key=means.get)
+    strongest = strongest_heuristic(records)
     out = {"strongest": strongest, "plan": [], "cross_fitted": [], "hindsight": [], "apart": []}
     out["variants"] = []
     for r in records:
@@ -208,11 +203,10 @@ def render(result: dict) -> str:
         "the same in hindsight / it",
         "variants apart",
     ]
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender")
     lines = [
         f"# What measuring plans the cost network cannot tell apart buys on real kernels "
         f"({time.strftime('%Y-%m-%d')})",
-        f"Command: `.venv/bin/python benchmarks/measured_variants.py {options}`; "
+        f"Command: `{command_line('measured_variants.py', args)}`; "
         f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
         f"every figure); {result['versions']}.",
         f"Costs: {result['costs']}. {args['rounds']} interleaved rounds, each in a fresh order; "

@@ -37,6 +37,13 @@ def report_options(parser: argparse.ArgumentParser, out: str) -> None:
     )
 
 
+def command_line(script: str, args: dict) -> str:
+    """The run's command with every option spelled out, from its stored args (`--rerender`
+    left out): the same run again."""
+    options = [f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender"]
+    return f".venv/bin/python benchmarks/{script} " + " ".join(options)
+
+
 def stored_result(out: str) -> dict:
     """The run stored beside report `out` (its .json); DreamshardError when there is none."""
     path = Path(out).with_suffix(".json")
