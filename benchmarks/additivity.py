@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 from device_error import alone_job, plan_noise, spread
-from fbgemm_floor import judged_tasks
-from script_entry import command_line, report_options, run_script, write_run
+from fbgemm_floor import judged_tasks, suite_options
+from script_entry import report_options, run_line, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -152,9 +152,7 @@ def render(result: dict) -> str:
         rows.append([label, *(f"{v:.3f}" for v in values), f"{np.mean(values):.3f}"])
     lines = [
         f"# How far a fused kernel is from the sum of its tables ({time.strftime('%Y-%m-%d')})",
-        f"Command: `{command_line('additivity.py', args)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        run_line("additivity.py", result),
         f"Costs: {result['costs']}; compute only (each device's forward and backward kernels). "
         f"{args['rounds']} interleaved rounds, each in a fresh order; medians over rounds.",
         f"Tasks: the first test task of each suite. Per task every table's kernel alone and "
@@ -171,9 +169,7 @@ def render(result: dict) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
-    )
+    suite_options(parser, tasks=False)
     parser.add_argument("--placements", type=int, default=16, help="random placements a task")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     parser.add_argument(

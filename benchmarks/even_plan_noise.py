@@ -27,12 +27,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 from dmp_headroom import geomean_interval
-from fbgemm_floor import judged_tasks
-from script_entry import command_line, report_options, run_script, write_run
+from fbgemm_floor import judged_tasks, suite_options, tasks_line
+from measured_variants import relabelled
+from script_entry import report_options, run_line, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -80,8 +80,7 @@ def measure_task(task, plan, backend, rounds: int, seed: int) -> dict:
         for which in rng.permutation(2):
             if which == 0:
                 labels = rng.permutation(n)
-                relabelled = replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
-                measured = backend.measure(task, relabelled).devices
+                measured = backend.measure(task, relabelled(plan, labels)).devices
                 devices = [measured[i] for i in labels]
                 total[r] = [d.total for d in devices]
                 compute[r] = [d.fwd_comp + d.bwd_comp for d in devices]
@@ -111,6 +110,7 @@ def run(args: argparse.Namespace) -> dict:
         for t, task in enumerate(tasks):
             plan = named_planner("dreamshard", model, split="auto")(task, 0)
             record = measure_task(task, plan, backend, args.rounds, seed=t)
+            record["predicted"] = predicted(model, task, plan)
             records.append(record)
             print(
                 f"{task.name}: plan {record['plan_uneven']:.1%} uneven, even plan "
@@ -129,25 +129,16 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def with_predictions(result: dict) -> dict:
-    """Each record with what the model predicted of its plan's devices (the plan made again:
-    the planner is deterministic for a model and a task): totals and compute in ms, and how
-    many tables or shards each device holds. Records that have them keep them."""
-    missing = [r for records in result["suites"].values() for r in records if "predicted" not in r]
-    if not missing:
-        return result
-    model = resolve_model(result["args"]["model"])
-    for suite, tasks in judged_tasks(result["args"]["suites"], result["args"]["tasks"]):
-        for task, record in zip(tasks, result["suites"][suite]):
-            plan = named_planner("dreamshard", model, split="auto")(task, 0)
-            shards, view = shard_view(task, plan)
-            devices, _ = model.costnet.predict_ms(shards, view)
-            record["predicted"] = {
-                "total": devices.sum(axis=1).tolist(),
-                "compute": (devices[:, 0] + devices[:, 2]).tolist(),
-                "tables": [len(m) for m in view.device_tables(task.num_devices)],
-            }
-    return result
+def predicted(model, task, plan) -> dict:
+    """What the model predicts of the plan's devices: totals and compute in ms, and how many
+    tables or shards each device holds."""
+    shards, view = shard_view(task, plan)
+    devices, _ = model.costnet.predict_ms(shards, view)
+    return {
+        "total": devices.sum(axis=1).tolist(),
+        "compute": (devices[:, 0] + devices[:, 2]).tolist(),
+        "tables": [len(m) for m in view.device_tables(task.num_devices)],
+    }
 
 
 def busiest_rows(result: dict) -> list[list]:
@@ -190,7 +181,6 @@ def cells(records: list[dict]) -> list[str]:
 
 def render(result: dict) -> str:
     args = result["args"]
-    with_predictions(result)
     rows, pooled = [], []
     for suite, records in result["suites"].items():
         pooled += records
@@ -206,14 +196,11 @@ def render(result: dict) -> str:
     ]
     lines = [
         f"# How uneven an even plan measures on real kernels ({time.strftime('%Y-%m-%d')})",
-        f"Command: `{command_line('even_plan_noise.py', args)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        run_line("even_plan_noise.py", result),
         f"Costs: {result['costs']}; compute only (fused kernels' forward and backward). "
         f"{args['rounds']} interleaved rounds, each in a fresh order; the plan's devices "
         "relabelled at random each round.",
-        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
-        f"judges), fixed by the suites' seeds. Model: {result['model']}.",
+        f"{tasks_line(args)} Model: {result['model']}.",
         "Even plan: the group of dreamshard `--split auto`'s first device copied onto every "
         "device, each copy its own kernel. Uneven: the median over rounds of the busiest "
         "device's total (compute and exchange) over the devices' mean median total, minus 1; "
@@ -245,10 +232,7 @@ def render(result: dict) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="shipped", help="dreamshard's model (default shipped)")
-    parser.add_argument(
-        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
-    )
-    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    suite_options(parser)
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     report_options(parser, "benchmarks/results/even_plan_noise.md")
     args = parser.parse_args(argv)

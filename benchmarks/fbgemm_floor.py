@@ -42,6 +42,7 @@ from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.report import markdown_table
 
 TARGET = 0.85  # issue 28: dreamshard --split auto at most 0.85x the strongest heuristic
+SUITES = "cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8"  # the cpu suites compare_planners judges
 
 
 def plans_of(task, model) -> dict:
@@ -89,6 +90,22 @@ def judged_tasks(suites: str, tasks: int) -> list[tuple[str, list]]:
     compare_planners.py judges, fixed by the suite's seed)."""
     names = [s.strip() for s in suites.split(",") if s.strip()]
     return [(name, make_suite(parse_suite_name(name, 1, tasks)).test_tasks) for name in names]
+
+
+def suite_options(parser: argparse.ArgumentParser, tasks: bool = True) -> None:
+    """`--suites` (default the four cpu suites) and, with `tasks`, `--tasks` (default 3): the
+    tasks `judged_tasks` gives."""
+    parser.add_argument("--suites", default=SUITES, help="comma-separated")
+    if tasks:
+        parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+
+
+def tasks_line(args: dict) -> str:
+    """What a report's tasks were, from its stored args."""
+    return (
+        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
+        "judges), fixed by the suites' seeds."
+    )
 
 
 def task_floor(record: dict, devices: int) -> float:
@@ -203,8 +220,7 @@ def render(result: dict) -> str:
         + f". Host: {result['hardware']} (one host for every figure); {result['versions']}.",
         f"Costs: {result['costs']}. {args['rounds']} interleaved rounds, each in a fresh "
         "order; every distinct plan of a task measured once a round.",
-        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
-        f"judges), fixed by the suites' seeds. Model: {result['model']}.",
+        f"{tasks_line(args)} Model: {result['model']}.",
         "Plans: the four heuristics whole and `--split auto`, two random, search_analytic "
         "`--split auto`, dreamshard whole and `--split auto`. Floor: the least compute of a "
         "task's plans (all devices' kernels, summed) spread evenly over the devices plus the "
@@ -225,10 +241,7 @@ def render(result: dict) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="shipped", help="dreamshard's model (default shipped)")
-    parser.add_argument(
-        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
-    )
-    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    suite_options(parser)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (even)")
     report_options(parser, "benchmarks/results/fbgemm_floor.md")
     args = parser.parse_args(argv)

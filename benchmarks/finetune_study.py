@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 from dmp_headroom import geomean_interval
-from fbgemm_floor import judged_tasks, measure_task, strongest_heuristic
-from script_entry import report_options, run_script, write_run
+from fbgemm_floor import judged_tasks, measure_task, strongest_heuristic, suite_options, tasks_line
+from script_entry import report_options, run_line, run_script, write_run
 from torchrec_e2e_figures import distinct
 
 from dreamshard.costs.backends import describe_costs, make_backend
@@ -140,18 +140,13 @@ def render(result: dict) -> str:
         "quantities / all (paired)",
         *(f"device spread, {m}" for m in ("shipped", "all", "quantities")),
     ]
-    command = ".venv/bin/python benchmarks/finetune_study.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in args.items() if k != "rerender"
-    )
     lines = [
         f"# Fitting the shipped network to this host: the planner on real kernels "
         f"({result['date']})",
-        f"Command: `{command}`; {result['seconds'] / 60:.1f} min in all. Host: "
-        f"{result['hardware']} (one host for every figure); {result['versions']}.",
+        run_line("finetune_study.py", result),
         f"Costs: {result['costs']}. {args['rounds']} interleaved rounds, each in a fresh "
         "order; every distinct plan of a task measured once a round.",
-        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
-        "judges), fixed by the suites' seeds.",
+        tasks_line(args),
         "Models: shipped: the package's network, not fitted here; "
         + "; ".join(f"{part}: {result['models'][part]}" for part in PARTS)
         + ".",
@@ -169,10 +164,7 @@ def render(result: dict) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
-    )
-    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    suite_options(parser)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--iterations", type=int, default=3, help="training iterations")
     report_options(parser, "benchmarks/results/finetune_study.md")

@@ -33,8 +33,8 @@ from dataclasses import replace
 
 import numpy as np
 from dmp_headroom import cross_fitted, geomean_interval
-from fbgemm_floor import judged_tasks, strongest_heuristic
-from script_entry import command_line, report_options, run_script, write_run
+from fbgemm_floor import judged_tasks, strongest_heuristic, suite_options, tasks_line
+from script_entry import report_options, run_line, run_script, write_run
 
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
@@ -81,6 +81,11 @@ def near_equal_variants(task, plan, model, count: int, seed: int) -> list:
     return found
 
 
+def relabelled(plan, labels):
+    """`plan` with device d renamed `labels[d]`: the same plan on alike devices."""
+    return replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
+
+
 def measure_relabelled(task, plans: dict, backend, rounds: int, seed: int) -> dict:
     """Each plan measured once a round, in a fresh order each round and with its devices
     relabelled at random (the devices are alike, so the plan is the same): per name its overall
@@ -92,8 +97,7 @@ def measure_relabelled(task, plans: dict, backend, rounds: int, seed: int) -> di
         for p in rng.permutation(len(names)):
             labels = rng.permutation(task.num_devices)
             plan = plans[names[p]]
-            relabelled = replace(plan, devices=tuple(int(labels[d]) for d in plan.devices))
-            overall[r, p] = backend.measure(task, relabelled).overall
+            overall[r, p] = backend.measure(task, relabelled(plan, labels)).overall
     return {"names": names, "overall": overall.tolist()}
 
 
@@ -206,13 +210,10 @@ def render(result: dict) -> str:
     lines = [
         f"# What measuring plans the cost network cannot tell apart buys on real kernels "
         f"({time.strftime('%Y-%m-%d')})",
-        f"Command: `{command_line('measured_variants.py', args)}`; "
-        f"{result['seconds'] / 60:.1f} min in all. Host: {result['hardware']} (one host for "
-        f"every figure); {result['versions']}.",
+        run_line("measured_variants.py", result),
         f"Costs: {result['costs']}. {args['rounds']} interleaved rounds, each in a fresh order; "
         "every plan of a task measured once a round, its devices relabelled at random.",
-        f"Tasks: the first {args['tasks']} test tasks of each suite (those compare_planners.py "
-        f"judges), fixed by the suites' seeds. Model: {result['model']}.",
+        f"{tasks_line(args)} Model: {result['model']}.",
         f"Plans: the four heuristics whole, dreamshard `--split auto`, and up to "
         f"{args['variants']} variants of it (one to three pairwise swaps of its tables' "
         f"devices, predicted at most {TOLERANCE:.0%} dearer by its cost network, seeded by the "
@@ -230,10 +231,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="shipped", help="dreamshard's model (default shipped)")
     parser.add_argument("--variants", type=int, default=9, help="variants a task (default 9)")
-    parser.add_argument(
-        "--suites", default="cpu-50x4,cpu-100x4,cpu-100x8,cpu-200x8", help="comma-separated"
-    )
-    parser.add_argument("--tasks", type=int, default=3, help="held-out tasks per suite")
+    suite_options(parser)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (even)")
     report_options(parser, "benchmarks/results/measured_variants.md")
     args = parser.parse_args(argv)

@@ -44,6 +44,14 @@ def command_line(script: str, args: dict) -> str:
     return f".venv/bin/python benchmarks/{script} " + " ".join(options)
 
 
+def run_line(script: str, result: dict) -> str:
+    """A report's command (`command_line`), its minutes, its host and versions."""
+    return (
+        f"Command: `{command_line(script, result['args'])}`; {result['seconds'] / 60:.1f} min "
+        f"in all. Host: {result['hardware']} (one host for every figure); {result['versions']}."
+    )
+
+
 def stored_result(out: str) -> dict:
     """The run stored beside report `out` (its .json); DreamshardError when there is none."""
     path = Path(out).with_suffix(".json")
