@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from script_entry import run_script
 
+from benchmarks.parts.ood_families import ood_tasks
 from dreamshard.cli.args import positive
 from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
@@ -52,7 +53,6 @@ from dreamshard.evaluation.ablation import (
 )
 from dreamshard.evaluation.evaluate import evaluate
 from dreamshard.evaluation.models import TRAINED_BY_RUN, given_or_trained, training_note
-from dreamshard.evaluation.ood_families import ood_tasks
 from dreamshard.evaluation.ratio_tables import interval_cell
 from dreamshard.evaluation.report_files import (
     fenced_table,

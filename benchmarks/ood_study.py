@@ -22,10 +22,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from script_entry import run_script
-
-from dreamshard.cli.args import positive
-from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.evaluation.ood_families import FAMILIES, SHAPES
 from dreamshard.evaluation.ood_study import (
     CALIBRATION_SUITES,
@@ -34,6 +30,10 @@ from dreamshard.evaluation.ood_study import (
     TARGET_WORST,
     run_study,
 )
+from script_entry import run_script
+
+from dreamshard.cli.args import positive
+from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.shipped import shipped_manifest

@@ -4,7 +4,7 @@ import numpy as np
 
 from dreamshard.costs.fbgemm import host_bytes_needed
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.ood_families import FAMILIES, ood_task, ood_tasks
+from benchmarks.parts.ood_families import FAMILIES, ood_task, ood_tasks
 from dreamshard.evaluation.ood_study import study_tasks
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
