@@ -207,9 +207,9 @@ def render(study: Study, meta: dict, rows: list[dict]) -> tuple[str, list[dict]]
     return "\n".join(head + body).rstrip() + "\n", found
 
 
-def settings_of(study: Study, args: argparse.Namespace) -> dict:
+def settings_of(study: Study, args: argparse.Namespace, at: str) -> dict:
     options = {k: v for k, v in vars(args).items() if k not in ("quick", "no_mlflow", "name")}
-    return {"study": study.name, "options": options, "commit": commit()}
+    return {"study": study.name, "options": options, "commit": at}
 
 
 def command_of(study: Study, argv: list[str]) -> str:
@@ -219,7 +219,7 @@ def command_of(study: Study, argv: list[str]) -> str:
 def run(study: Study, args: argparse.Namespace, argv: list[str]) -> int:
     """Run `study` with its parsed options; write its report, rows and MLflow run (not with
     `--quick`). Exit code 0 whether or not targets are met: a missed target is a finding."""
-    started = time.monotonic()
+    started, at = time.monotonic(), commit()  # the rows' commit: the one the run starts at
     study.prepare(args)
     tasks = study.tasks(args)
     if args.quick:
@@ -231,7 +231,7 @@ def run(study: Study, args: argparse.Namespace, argv: list[str]) -> int:
     measured = [j for j in judges if j.rounds > 1]
     rounds = max((j.rounds for j in measured), default=0)
     rounds = min(rounds, QUICK_ROUNDS) if args.quick else rounds
-    progress = Progress(study.name, settings_of(study, args), args.quick)
+    progress = Progress(study.name, settings_of(study, args, at), args.quick)
     with one_thread():  # placing runs many small products, which more threads only slow
         plan_tasks(study, tasks, study.arms(args), exact, progress)
         measure_rounds(tasks, measured, rounds, progress)
@@ -239,7 +239,7 @@ def run(study: Study, args: argparse.Namespace, argv: list[str]) -> int:
     meta = {
         "study": study.name,
         "command": command_of(study, argv),
-        "commit": commit(),
+        "commit": at,
         "date": date.today().isoformat(),
         "minutes": (time.monotonic() - started) / 60,
         **host(),
