@@ -16,6 +16,7 @@ A row is one task: for each arm its plan's seconds, what it declined, and each j
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -150,7 +151,9 @@ def best_of(rows: Sequence[dict], arms: Sequence[str], judge: str) -> np.ndarray
     """[round, task]: per task, the cost of the arm cheapest on average over the rounds (the
     per-task best of `arms`, e.g. the best heuristic), NaN where none was judged."""
     stack = np.stack([costs(rows, arm, judge) for arm in arms])  # [arm, round, task]
-    means = np.where(np.isnan(stack).all(axis=1), np.inf, np.nanmean(stack, axis=1))
+    with warnings.catch_warnings():  # an arm declined: all NaN, and no mean
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = np.where(np.isnan(stack).all(axis=1), np.inf, np.nanmean(stack, axis=1))
     best = means.argmin(axis=0)
     out = stack[best, :, np.arange(stack.shape[2])].T
     out[:, np.isinf(means.min(axis=0))] = np.nan
@@ -179,7 +182,9 @@ def worst_figure(rows: Sequence[dict], arm: str, versus, judge: str) -> Figure:
     """The largest per-task ratio of `arm` over `versus` (rounds averaged in logs)."""
     top = costs(rows, arm, judge)
     bottom = costs(rows, versus, judge) if isinstance(versus, str) else best_of(rows, versus, judge)
-    per_task = np.exp(np.nanmean(np.log(top / bottom), axis=0))
+    with warnings.catch_warnings():  # a task either declined: all NaN, and no mean
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_task = np.exp(np.nanmean(np.log(top / bottom), axis=0))
     per_task = per_task[~np.isnan(per_task)]
     if not per_task.size:
         return Figure(float("nan"), float("nan"), float("nan"), 0)
