@@ -10,7 +10,7 @@ calibrated simulated backend (exact, one round, cpu-gloo exchange modeled). The 
 `--model`, else one trained by this run (`dreamshard train --suite cpu-50x4 --backend
 simulated --out .dreamshard/ablation/model`, seed 0, from the shipped network as every default
 run starts); its cost network is the fixed network of every learned row, and the untrained
-policy is a fresh one from the same seed on it. Rows: `evaluation/ablation.py`. Ratio: a row's
+policy is a fresh one from the same seed on it. Rows: `benchmarks/parts/ablation.py`. Ratio: a row's
 cost over the per-task best heuristic's; geometric mean [bootstrap 95% interval over tasks].
 Writes benchmarks/results/ablation.md and its .json.
 
@@ -36,14 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from script_entry import run_script
 
-from benchmarks.parts.ood_families import ood_tasks
-from dreamshard.cli.args import positive
-from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
-from dreamshard.costs.backends import make_backend
-from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.ablation import (
+from benchmarks.parts.ablation import (
     ablation_rows,
     measured_ratios,
     measured_rows,
@@ -51,15 +45,21 @@ from dreamshard.evaluation.ablation import (
     ratios,
     run_ablation,
 )
-from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import TRAINED_BY_RUN, given_or_trained, training_note
-from dreamshard.evaluation.ratio_tables import interval_cell
-from dreamshard.evaluation.report_files import (
+from benchmarks.parts.models import TRAINED_BY_RUN, given_or_trained, training_note
+from benchmarks.parts.ood_families import ood_tasks
+from benchmarks.parts.ratio_tables import interval_cell
+from benchmarks.parts.report_files import (
     fenced_table,
     host_note,
     write_evaluation,
     write_report,
 )
+from benchmarks.script_entry import run_script
+from dreamshard.cli.args import positive
+from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
+from dreamshard.costs.backends import make_backend
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.evaluation.evaluate import evaluate
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.model_file import resolve_model, shipped_model
 from dreamshard.learn.policy import PlacementPolicy

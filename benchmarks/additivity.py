@@ -30,10 +30,10 @@ import sys
 import time
 
 import numpy as np
-from device_error import alone_job, plan_noise, spread
-from fbgemm_floor import judged_tasks, suite_options
-from script_entry import report_options, run_line, run_script, write_run
 
+from benchmarks.device_error import alone_job, plan_noise, spread
+from benchmarks.fbgemm_floor import judged_tasks, suite_options
+from benchmarks.script_entry import report_options, run_line, run_script, write_run
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.placement.registry import place

@@ -25,7 +25,7 @@ strong non-learned baseline), dreamshard, dreamshard_search, dreamshard_refined 
 top candidates and the heuristics measured on the same backend for --refine-seconds per task,
 `dreamshard place --refine`; the pick stays unless another is cheaper beyond the noise), the
 MILP on the cost network's single-table costs, and the best known placement
-(`dreamshard/evaluation/best_known.py`: every other planner's placement screened, then local
+(`dreamshard/benchmarks/parts/best_known.py`: every other planner's placement screened, then local
 search scored by real measurements on the cost network's picks), and "dreamshard (split auto)":
 the default planner as users run it (`--split auto`: tables split where the model predicts a
 gain; issue 28's target row). The search's and the
@@ -57,20 +57,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from planners_report import REFINED, SPLIT_AUTO, render
-from script_entry import run_script
 
+from benchmarks.parts.best_known import BEST_KNOWN, BestKnown
+from benchmarks.parts.milp import MilpResult, solve_milp
+from benchmarks.parts.models import rnn_for_run, train_for_run, trained_on
+from benchmarks.parts.report_files import torchrec_version, write_evaluation, write_report
+from benchmarks.parts.stored import REFINE_ROUND, SEARCH_ROUND, Measurements, PlanStore
+from benchmarks.planners_report import REFINED, SPLIT_AUTO, render
+from benchmarks.script_entry import run_script
 from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.best_known import BEST_KNOWN, BestKnown
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import rnn_for_run, train_for_run, trained_on
 from dreamshard.evaluation.refine import refine
-from dreamshard.evaluation.report_files import torchrec_version, write_evaluation, write_report
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.stored import REFINE_ROUND, SEARCH_ROUND, Measurements, PlanStore
 from dreamshard.learn.model_file import DreamShardModel, load_model
 from dreamshard.learn.policy import single_table_costs as alone_costs
 from dreamshard.learn.rnn import RnnPlacer, load_rnn, rnn_place
@@ -79,7 +80,6 @@ from dreamshard.learn.train import TrainConfig
 from dreamshard.placement.registry import baseline_planners, method_names, named_planner
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import Placement, PlacementTask
-from dreamshard.planners.milp import MilpResult, solve_milp
 from dreamshard.state import state_dir
 
 RESULTS = Path(__file__).parent / "results" / "planners.md"

@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 
 import torch
-from script_entry import run_script
 
+from benchmarks.parts.medians import median_examples, noise_floor, remeasure
+from benchmarks.script_entry import run_script
 from dreamshard.costs.dataset import CostDataset, hardware, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.medians import median_examples, noise_floor, remeasure
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.learn.costnet_data import Example

@@ -25,12 +25,12 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from feature_ablation import log, study_data
-from script_entry import run_script
 
+from benchmarks.feature_ablation import log, study_data
+from benchmarks.parts.costnet_study import HEADS, fitted_scores, learned_heads, study_config
+from benchmarks.script_entry import run_script
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import CostDataset
-from dreamshard.evaluation.costnet_study import HEADS, fitted_scores, learned_heads, study_config
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.pretrain import measured_rows, pretrain_costnet
 from dreamshard.learn.train_config import COSTNET_ENCODERS, COSTNET_LOSSES, TrainConfig

@@ -41,8 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from script_entry import report_options, run_script, write_run
 
+from benchmarks.script_entry import report_options, run_script, write_run
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, versions

@@ -36,11 +36,17 @@ import sys
 import time
 
 import numpy as np
-from script_entry import run_script
-from torchrec_e2e_figures import MODULE_PATH, distinct, launch_line, report_head, run_head
 
-from dreamshard.evaluation.models import train_command, trained_on
-from dreamshard.evaluation.report_files import write_report
+from benchmarks.parts.models import train_command, trained_on
+from benchmarks.parts.report_files import write_report
+from benchmarks.script_entry import run_script
+from benchmarks.torchrec_e2e_figures import (
+    MODULE_PATH,
+    distinct,
+    launch_line,
+    report_head,
+    run_head,
+)
 from dreamshard.evaluation.rounds import bootstrap_interval
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.torchrec_export import torchrec_default_plan

@@ -33,14 +33,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
-from script_entry import run_script
 
+from benchmarks.parts.models import train_command, trained_on
+from benchmarks.parts.report_files import fenced_table, torchrec_version, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, hardware, measurement_key, versions
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.models import train_command, trained_on
-from dreamshard.evaluation.report_files import fenced_table, torchrec_version, write_report
 from dreamshard.evaluation.rounds import spearman
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.learn.costnet_data import load_examples, measured_rows

@@ -29,17 +29,17 @@ import sys
 import time
 
 import numpy as np
-from dmp_headroom import geomean_interval
-from fbgemm_floor import judged_tasks, suite_options, tasks_line
-from measured_variants import relabelled
-from script_entry import report_options, run_line, run_script, write_run
 
+from benchmarks.dmp_headroom import geomean_interval
+from benchmarks.fbgemm_floor import judged_tasks, suite_options, tasks_line
+from benchmarks.measured_variants import relabelled
+from benchmarks.parts.models import trained_on
+from benchmarks.script_entry import report_options, run_line, run_script, write_run
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.fbgemm import device_groups
 from dreamshard.costs.host_lock import host_lock
 from dreamshard.costs.reference import reference_tables
-from dreamshard.evaluation.models import trained_on
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.registry import named_planner
 from dreamshard.placement.tasks import shard_view

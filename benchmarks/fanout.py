@@ -24,13 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-from script_entry import run_script
-
+from benchmarks.parts.report_files import fenced_table, host_note, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.collect import collection_jobs
 from dreamshard.costs.dataset import hardware, measurement_key
 from dreamshard.costs.fanout import BackendSpec, dask_client, measure_many
-from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.placement.suites import make_suite, parse_suite_name
 
 RESULTS = Path(__file__).parent / "results" / "fanout.md"

@@ -27,14 +27,14 @@ import sys
 import time
 
 import numpy as np
-from dmp_headroom import cross_fitted, geomean_interval
-from script_entry import command_line, report_options, run_script, stored_result
-from torchrec_e2e_figures import distinct
 
+from benchmarks.dmp_headroom import cross_fitted, geomean_interval
+from benchmarks.parts.models import trained_on
+from benchmarks.parts.report_files import write_report
+from benchmarks.script_entry import command_line, report_options, run_script, stored_result
+from benchmarks.torchrec_e2e_figures import distinct
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.evaluation.models import trained_on
-from dreamshard.evaluation.report_files import write_report
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner, place

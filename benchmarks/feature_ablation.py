@@ -33,11 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from script_entry import run_script
 
-from dreamshard.costs.backends import describe_costs
-from dreamshard.costs.dataset import hardware, versions
-from dreamshard.evaluation.costnet_study import (
+from benchmarks.parts.costnet_study import (
     HEADS,
     StudyData,
     dataset_data,
@@ -47,8 +44,11 @@ from dreamshard.evaluation.costnet_study import (
     simulated_data,
     study_config,
 )
-from dreamshard.evaluation.ratio_tables import paired_change
-from dreamshard.evaluation.report_files import write_report
+from benchmarks.parts.ratio_tables import paired_change
+from benchmarks.parts.report_files import write_report
+from benchmarks.script_entry import run_script
+from dreamshard.costs.backends import describe_costs
+from dreamshard.costs.dataset import hardware, versions
 from dreamshard.learn.costnet_data import mask_features
 from dreamshard.learn.train_config import LOSS_CHOICES, TrainConfig, fitting_loss
 from dreamshard.progress import Progress

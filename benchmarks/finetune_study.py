@@ -28,14 +28,20 @@ import sys
 import time
 
 import numpy as np
-from dmp_headroom import geomean_interval
-from fbgemm_floor import judged_tasks, measure_task, strongest_heuristic, suite_options, tasks_line
-from script_entry import report_options, run_line, run_script, write_run
-from torchrec_e2e_figures import distinct
 
+from benchmarks.dmp_headroom import geomean_interval
+from benchmarks.fbgemm_floor import (
+    judged_tasks,
+    measure_task,
+    strongest_heuristic,
+    suite_options,
+    tasks_line,
+)
+from benchmarks.parts.models import train_for_run, trained_on
+from benchmarks.script_entry import report_options, run_line, run_script, write_run
+from benchmarks.torchrec_e2e_figures import distinct
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.evaluation.models import train_for_run, trained_on
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.heuristics import HEURISTIC_KEYS

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from script_entry import run_script
 
+from benchmarks.script_entry import run_script
 from dreamshard.costs.torchrun import run_job
 
 SIZES = (1_000, 100_000, 1_000_000, 4_000_000)  # fp32 elements sent to each peer

@@ -14,7 +14,7 @@ random, the four heuristics, the pure greedy policy (`dreamshard`, samples 0), t
 `search_analytic` (local search on the analytic model, 5 s), and the search reference: local
 search scored by the backend itself from every heuristic's placement and the default planner's,
 `--reference-seconds` each, and the placement of a MILP of the backend's own cost model
-(planners/milp_simulated.py, `--milp-seconds`), the best of them. The MILP's proven bound is a
+(benchmarks/parts/milp_simulated.py, `--milp-seconds`), the best of them. The MILP bound is a
 floor no legal placement goes under: where it meets the reference, the reference is optimal.
 Ratios: geometric mean over tasks, with a bootstrap 95% interval over tasks. Also: the cost
 network's Spearman correlation with the exact cost over the placements the default planner
@@ -32,16 +32,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy import stats
-from script_entry import run_script
 
+from benchmarks.parts.best_known import search_reference
+from benchmarks.parts.milp import MilpResult
+from benchmarks.parts.models import given_or_trained
+from benchmarks.parts.ratio_tables import interval_cell, reference_rows
+from benchmarks.parts.report_files import fenced_table, host_note, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.best_known import search_reference
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import given_or_trained
-from dreamshard.evaluation.ratio_tables import interval_cell, reference_rows
-from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.learn.model_file import DreamShardModel
@@ -51,7 +52,6 @@ from dreamshard.placement.registry import baseline_planners, named_planner, plac
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
-from dreamshard.planners.milp import MilpResult
 from dreamshard.report import format_table
 from dreamshard.state import state_dir
 

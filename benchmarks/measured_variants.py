@@ -32,13 +32,13 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from dmp_headroom import cross_fitted, geomean_interval
-from fbgemm_floor import judged_tasks, strongest_heuristic, suite_options, tasks_line
-from script_entry import report_options, run_line, run_script, write_run
 
+from benchmarks.dmp_headroom import cross_fitted, geomean_interval
+from benchmarks.fbgemm_floor import judged_tasks, strongest_heuristic, suite_options, tasks_line
+from benchmarks.parts.models import trained_on
+from benchmarks.script_entry import report_options, run_line, run_script, write_run
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.evaluation.models import trained_on
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner, place

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from script_entry import run_script
 
+from benchmarks.script_entry import run_script
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.fbgemm import FbgemmBackend

@@ -17,8 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
-from script_entry import run_script
-
+from benchmarks.script_entry import run_script
 from dreamshard.files import write_text_atomic
 from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.placement.suites import make_suite

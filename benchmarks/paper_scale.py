@@ -34,18 +34,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from planning_speed import timed
-from script_entry import run_script
 
+from benchmarks.parts.balance import costliest_table_ms
+from benchmarks.parts.models import given_or_trained
+from benchmarks.parts.ratio_tables import interval_cell
+from benchmarks.parts.report_files import fenced_table, host_note, write_report
+from benchmarks.planning_speed import timed
+from benchmarks.script_entry import run_script
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.balance import costliest_table_ms
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
-from dreamshard.evaluation.models import given_or_trained
-from dreamshard.evaluation.ratio_tables import interval_cell
-from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.learn.coverage import outside_training
 from dreamshard.learn.model_file import DreamShardModel

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from dreamshard.evaluation.best_known import BEST_KNOWN
-from dreamshard.evaluation.ratio_tables import range_cell, summarise
-from dreamshard.evaluation.report_files import fenced_table, host_note, torchrec_version
+from benchmarks.parts.best_known import BEST_KNOWN
+from benchmarks.parts.ratio_tables import range_cell, summarise
+from benchmarks.parts.report_files import fenced_table, host_note, torchrec_version
 from dreamshard.evaluation.results import REFERENCES, Evaluation
 from dreamshard.evaluation.rounds import bootstrap_paired
 

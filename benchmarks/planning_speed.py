@@ -27,12 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from script_entry import run_script
-
+from benchmarks.parts.models import given_or_trained
+from benchmarks.script_entry import run_script
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.models import given_or_trained
 from dreamshard.files import write_text_atomic
 from dreamshard.learn.train_config import TrainConfig
 from dreamshard.placement.budget import default_time_budget

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from script_entry import run_script
 
+from benchmarks.parts.models import trained_on
+from benchmarks.parts.report_files import fenced_table, host_note, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.cli.args import positive
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.models import trained_on
-from dreamshard.evaluation.report_files import fenced_table, host_note, write_report
 from dreamshard.evaluation.rounds import bootstrap_interval, geometric_mean
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.policy import fast_rollout

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import torch
-from script_entry import run_script
 
+from benchmarks.parts.models import train_for_run
+from benchmarks.parts.report_files import host_note, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.costs.backends import make_backend
 from dreamshard.evaluation.evaluate import evaluate, evaluation_note, summary_table
-from dreamshard.evaluation.models import train_for_run
-from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.learn.model_file import load_model
 from dreamshard.learn.train_config import COSTNET_ENCODERS, TrainConfig
 from dreamshard.placement.registry import baseline_planners, named_planner

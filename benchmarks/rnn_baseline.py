@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from script_entry import run_script
 
+from benchmarks.parts.models import given_or_trained
+from benchmarks.parts.ratio_tables import interval_cell
+from benchmarks.parts.report_files import host_note, write_report
+from benchmarks.script_entry import run_script
 from dreamshard.cli.train import config_from, training_options
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.models import given_or_trained
-from dreamshard.evaluation.ratio_tables import interval_cell
-from dreamshard.evaluation.report_files import host_note, write_report
 from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.learn.rnn import RnnPlacer, budget_note, rnn_place, train_rnn
 from dreamshard.learn.rnn_config import RnnTrainConfig, fair_config, policy_budget

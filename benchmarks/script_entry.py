@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from benchmarks.parts.report_files import write_report
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.report_files import write_report
 
 
 def run_script(main: Callable[..., object], *args) -> NoReturn:

@@ -34,10 +34,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from script_entry import run_script
-from split_tables_figures import analyse, width_figures
-from split_tables_report import SPLIT, render
 
+from benchmarks.parts.balance import mean_loads, tables_alone
+from benchmarks.parts.models import CHAMPION_URI, champion_or_none, train_for_run
+from benchmarks.parts.report_files import write_report
+from benchmarks.script_entry import run_script
+from benchmarks.split_tables_figures import analyse, width_figures
+from benchmarks.split_tables_report import SPLIT, render
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
 from dreamshard.costs.fbgemm import FbgemmBackend
@@ -45,10 +48,7 @@ from dreamshard.costs.reference import normalised
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import PlacementCost
 from dreamshard.errors import DreamshardError
-from dreamshard.evaluation.balance import mean_loads, tables_alone
 from dreamshard.evaluation.evaluate import distinct_items, evaluation_of, place_all
-from dreamshard.evaluation.models import CHAMPION_URI, champion_or_none, train_for_run
-from dreamshard.evaluation.report_files import write_report
 from dreamshard.evaluation.rounds import measure_costs, median_cv
 from dreamshard.integrations.torchrec_planner import require_torchrec
 from dreamshard.learn.model_file import resolve_model

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import numpy as np
-from split_tables_report import SPLIT, TORCHREC_PAIRS
 
-from dreamshard.evaluation.balance import device_figures, kernel_ms, tables_alone_bound
-from dreamshard.evaluation.ratio_tables import placed_mean, ratio_range
+from benchmarks.parts.balance import device_figures, kernel_ms, tables_alone_bound
+from benchmarks.parts.ratio_tables import placed_mean, ratio_range
+from benchmarks.split_tables_report import SPLIT, TORCHREC_PAIRS
 from dreamshard.evaluation.results import Evaluation
 from dreamshard.evaluation.rounds import geometric_mean
 from dreamshard.placement.registry import kind_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dreamshard.evaluation.ratio_tables import number, placed_note
+from benchmarks.parts.ratio_tables import number, placed_note
 from dreamshard.report import format_table
 
 SPLIT = " +split"  # the name of a planner's --split auto plan

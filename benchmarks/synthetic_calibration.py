@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from script_entry import run_script
 
+from benchmarks.script_entry import run_script
 from dreamshard.report import format_table
 from dreamshard.tables import synthetic
 from dreamshard.tables.table import NUM_BINS

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from script_entry import run_script
 
+from benchmarks.script_entry import run_script
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import evaluate
 from dreamshard.evaluation.rounds import geometric_mean

@@ -51,8 +51,19 @@ from pathlib import Path
 
 import numpy as np
 import torchrec_e2e_labels as labels
-from script_entry import run_script
-from torchrec_e2e_figures import (
+
+from benchmarks.parts.dmp_calibration import calibrate, measure_kernels
+from benchmarks.parts.dmp_proxy import step_terms
+from benchmarks.parts.models import (
+    CHAMPION_URI,
+    champion_or_none,
+    train_command,
+    train_for_run,
+    trained_on,
+)
+from benchmarks.parts.report_files import write_report
+from benchmarks.script_entry import run_script
+from benchmarks.torchrec_e2e_figures import (
     CLOCKS,
     HEURISTICS,
     MODULE_PATH,
@@ -62,22 +73,11 @@ from torchrec_e2e_figures import (
     summarize,
     task_record,
 )
-from torchrec_e2e_report import render
-
+from benchmarks.torchrec_e2e_report import render
 from dreamshard.costs.backends import describe_costs, make_backend
 from dreamshard.costs.comm import get_topology
-from dreamshard.costs.dmp_proxy import step_terms
 from dreamshard.evaluation.evaluate import distinct_items
-from dreamshard.evaluation.models import (
-    CHAMPION_URI,
-    champion_or_none,
-    train_command,
-    train_for_run,
-    trained_on,
-)
-from dreamshard.evaluation.report_files import write_report
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
-from dreamshard.integrations.dmp_calibration import calibrate, measure_kernels
 from dreamshard.integrations.torchrec_export import torchrec_default_plan
 from dreamshard.integrations.torchrec_planner import torchrec_column_place, torchrec_place
 from dreamshard.learn.model_file import resolve_model

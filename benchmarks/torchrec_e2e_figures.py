@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 
+from benchmarks.parts.dmp_proxy import LABEL as DMP_PROXY
+from benchmarks.parts.ratio_tables import placed_mean
+from benchmarks.parts.report_files import torchrec_version
 from dreamshard.costs.backends import describe_costs
 from dreamshard.costs.dataset import hardware, versions
-from dreamshard.costs.dmp_proxy import LABEL as DMP_PROXY
-from dreamshard.evaluation.ratio_tables import placed_mean
-from dreamshard.evaluation.report_files import torchrec_version
 from dreamshard.evaluation.rounds import (
     bootstrap_interval,
     cv,
@@ -41,7 +41,7 @@ REFERENCES = ("lookup", "torchrec_tw", "torchrec_cw")  # paired ratios to each
 TARGETS = (("dreamshard", "torchrec_tw"), ("dreamshard_split", "torchrec_cw"))
 CLOCKS = ("wall", "cpu")  # the step's wall clock; the slowest rank's CPU time in it
 # the proxies whose ranking is compared with DMP's: the fbgemm proxy as every other figure
-# uses it, and the same kernels with the DMP step's other parts modeled (costs/dmp_proxy.py)
+# uses it, and the same kernels with the DMP step parts modeled (parts/dmp_proxy.py)
 PROXIES = {"proxy": "fbgemm proxy", "proxy_dmp": DMP_PROXY}
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from torchrec_e2e_figures import MODULE_PATH, distinct, launch_line, report_head
 
+from benchmarks.torchrec_e2e_figures import MODULE_PATH, distinct, launch_line, report_head
 from dreamshard.evaluation.rounds import bootstrap_paired, cv
 from dreamshard.integrations.dmp_backend import DmpBackend
 from dreamshard.integrations.torchrec_export import torchrec_default_plan

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from torchrec_e2e_figures import BOUNDED, DMP_PROXY, PROXIES, TARGETS
 
+from benchmarks.torchrec_e2e_figures import BOUNDED, DMP_PROXY, PROXIES, TARGETS
 from dreamshard.report import format_bytes, markdown_table
 
 TERM_KEYS = ("ids_ms", "pooled_ms", "row_ms")  # the modeled communication terms of a DMP step
@@ -111,7 +111,7 @@ def calibration_text(calibration: dict) -> str:
     return (
         f"Fitted on designed plans of the training tasks {', '.join(calibration['tasks'])} "
         f"({calibration['rounds']} interleaved DMP rounds, {calibration['proxy_rounds']} proxy "
-        f"rounds; `dreamshard/integrations/dmp_calibration.py`), never on the held-out tasks "
+        f"rounds; `dreamshard/benchmarks/parts/dmp_calibration.py`), never on the held-out tasks "
         "below: " + "; ".join(parts) + ".\n\n" + markdown_table(header, rows)
     )
 
@@ -158,7 +158,7 @@ def render(result: dict, argv: list[str] | None) -> str:
         f"Proxy: {result['proxy']}, "
         f"{args['proxy_rounds']} interleaved rounds over all tasks' placements "
         "(`torchrec_default` is not a placement of ours: no proxy figure). "
-        f"The second proxy, **{DMP_PROXY}** (`dreamshard/costs/dmp_proxy.py`): the same "
+        f"The second proxy, **{DMP_PROXY}** (`dreamshard/benchmarks/parts/dmp_proxy.py`): the same "
         "measured kernels per rank (scaled), plus, **modeled** on the "
         f"{result['topology']} topology, the input all-to-all of ids (a column-split table's "
         "ids to every shard's rank), the pooled all-to-all per sharding group and the row-wise "

@@ -43,8 +43,6 @@ MOVED = {
     "dreamshard.rnn_config": "dreamshard.learn.rnn_config",
     "dreamshard.learned": "dreamshard.planners.dreamshard_planner",
     "dreamshard.search": "dreamshard.planners.search",
-    "dreamshard.milp": "dreamshard.planners.milp",
-    "dreamshard.bounds": "dreamshard.planners.bounds",
     "dreamshard.torchrec_planner": "dreamshard.integrations.torchrec_planner",
     "dreamshard.compare": "dreamshard.evaluation.rounds",
     "dreamshard.evaluate": "dreamshard.evaluation.evaluate",

@@ -182,8 +182,8 @@ def test_a_killed_run_resumes_without_measuring_anything_twice(
 def test_a_resumed_run_places_as_the_killed_one_did(tmp_path):
     """Time-limited and measured searches need not repeat a placement: the stored one is kept."""
     load_benchmark("compare_planners")
+    from benchmarks.parts.stored import PlanStore
     from dreamshard.errors import DreamshardError
-    from dreamshard.evaluation.stored import PlanStore
 
     task = make_suite(parse_suite_name("cpu-12x2", 1, 1)).test_tasks[0]
     path, settings = tmp_path / "plans.json", {"search_budget": 40}

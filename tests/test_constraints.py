@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.parts.milp import solve_milp
+from benchmarks.parts.milp_simulated import solve_simulated_milp
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.rnn import RnnPlacer
 from dreamshard.placement.constraints import Constraints, conflict
@@ -15,8 +17,6 @@ from dreamshard.placement.heuristics import heuristic_keys
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import method_names, place, registration
 from dreamshard.placement.tasks import PlacementTask, device_memory, placement_task
-from dreamshard.planners.milp import solve_milp
-from dreamshard.planners.milp_simulated import solve_simulated_milp
 from tests.conftest import error_line, generated_tables, place_command, random_tables
 
 SEEDS = range(20)

@@ -1,12 +1,12 @@
-"""The modeled DMP step terms (`costs/dmp_proxy.py`): what they say of real plans' shards."""
+"""The modeled DMP step terms (`benchmarks/parts/dmp_proxy.py`) on the shards of real plans."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from benchmarks.parts.dmp_proxy import DmpStepModel, fit_step_model, step_terms
 from dreamshard.costs.comm import get_topology, transfer_ms
-from dreamshard.costs.dmp_proxy import DmpStepModel, fit_step_model, step_terms
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.tables.shards import Split
 from tests.conftest import table

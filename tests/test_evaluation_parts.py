@@ -5,9 +5,9 @@ figures reports print from it (a planner against another, per suite, bootstrap i
 import numpy as np
 import pytest
 
+from benchmarks.parts.ratio_tables import interval_cell, placed_mean
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.evaluation.evaluate import distinct_items, evaluate, evaluation_of, place_all
-from dreamshard.evaluation.ratio_tables import interval_cell, placed_mean
 from dreamshard.evaluation.rounds import bootstrap_paired, measure_costs
 from dreamshard.placement.heuristics import greedy_place, random_place
 from dreamshard.placement.suites import make_suite, parse_suite_name

@@ -2,13 +2,8 @@
 
 import numpy as np
 
+from benchmarks.parts.ood_families import FAMILIES, ood_tasks
 from dreamshard.costs.fbgemm import host_bytes_needed
-from dreamshard.costs.simulated import SimulatedBackend
-from benchmarks.parts.ood_families import FAMILIES, ood_task, ood_tasks
-from dreamshard.evaluation.ood_study import study_tasks
-from dreamshard.learn.model_file import resolve_model
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
-from dreamshard.placement.registry import named_planner
 from dreamshard.tables.traces import DEFAULT_BATCH
 
 GIB = 2**30
@@ -30,19 +25,3 @@ def test_cpu_scale_keeps_each_family_draw_and_fits_a_small_host():
         assert cpu.memory_cap_bytes * cpu.num_devices >= sum(cpu.table_bytes())
     assert {t.name.split("/")[0] for t in small} == {f"cpu-{f}" for f in FAMILIES}
     assert max(host_bytes_needed(t, DEFAULT_BATCH) for t in full) > 16 * GIB
-
-
-def test_the_study_skips_a_task_no_whole_table_placement_fits_and_judges_the_rest():
-    # giants seed 46: tables of up to 11 GiB on 4 devices of 15.7 GiB; no packing of them fits
-    infeasible, feasible = ood_task("giants", 46), ood_task("correlated", 0)
-    model = resolve_model("shipped")
-    planner = named_planner("dreamshard", model=model)
-    said = []
-    rows, skipped = study_tasks(
-        [infeasible, feasible], planner, model, SimulatedBackend(), said.append
-    )
-    assert [s["task"] for s in skipped] == [infeasible.name]
-    assert "no legal placement" in skipped[0]["reason"]
-    assert [r["task"] for r in rows] == [feasible.name]
-    assert set(rows[0]["costs"]) >= {*HEURISTIC_KEYS, "dreamshard"}  # judged whole, beside all
-    assert any(line.startswith(f"{infeasible.name}: skipped") for line in said)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.parts.milp import solve_milp
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.evaluation.results import candidate_kind
@@ -28,7 +29,6 @@ from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.tasks import PlacementTask, device_memory, is_legal
 from dreamshard.planners import dreamshard_planner
 from dreamshard.planners.dreamshard_planner import costnet_greedy, predicted_overall
-from dreamshard.planners.milp import solve_milp
 from dreamshard.planners.search import dreamshard_search_place, search_analytic_place
 from tests.conftest import random_tables
 

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from test_planners import legal_placement_exists, make_task
 from test_planners import tasks as small_tasks
 
+from benchmarks.parts.bounds import additive_makespan, lower_bounds
+from benchmarks.parts.milp import solve_milp
+from benchmarks.parts.milp_simulated import solve_simulated_milp
 from dreamshard.costs.simulated import DEFAULT_PATH, SimulatedBackend, SimulatedModel
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.heuristics import heuristic_keys
 from dreamshard.placement.registry import method_names, place
 from dreamshard.placement.tasks import Placement, is_legal
-from dreamshard.planners.bounds import additive_makespan, lower_bounds
-from dreamshard.planners.milp import solve_milp
-from dreamshard.planners.milp_simulated import solve_simulated_milp
 
 costs = st.lists(st.floats(0.0, 100.0), min_size=7, max_size=7)
 

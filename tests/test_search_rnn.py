@@ -6,6 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from test_learning import small_config
 from test_learning import tasks as small_tasks
 
+from benchmarks.parts.bounds import additive_makespan
+from benchmarks.parts.milp import solve_milp
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.model_file import save_model
 from dreamshard.learn.rnn import load_rnn, rnn_place, save_rnn, train_rnn
@@ -15,9 +17,7 @@ from dreamshard.placement.heuristics import heuristic_keys
 from dreamshard.placement.registry import place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import is_legal
-from dreamshard.planners.bounds import additive_makespan
 from dreamshard.planners.dreamshard_planner import costnet_scorer, predicted_overall
-from dreamshard.planners.milp import solve_milp
 from dreamshard.planners.search import local_search
 
 RNN_CONFIG = RnnTrainConfig(suite="cpu-16x3", updates=10, train_tasks=6)

@@ -26,10 +26,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from benchmarks.parts.milp import STATUS, MilpResult, constraint_rows, fix_pins
 from dreamshard.costs.comm import POOLED_BYTES, get_topology, ms_per_byte
 from dreamshard.costs.simulated import SimulatedBackend, table_quantities
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
-from dreamshard.planners.milp import STATUS, MilpResult, constraint_rows, fix_pins
 from dreamshard.tables.traces import table_batch_size
 
 CALL, TABLES, LOOKUPS, VOLUME, TOUCHED, WIDTH, LOOKUPS_X_WIDTH = range(7)

@@ -1,4 +1,4 @@
-"""Fits the DMP step model's constants (`dreamshard/costs/dmp_proxy.py`) on measurements.
+"""Fits the DMP step model's constants (`dreamshard/benchmarks/parts/dmp_proxy.py`) on measurements.
 
 `benchmarks/torchrec_e2e.py` calls `calibrate` before it judges any held-out plan: on the suite's
 *training* tasks (never the held-out ones it reports), designed plans that vary what the
@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from benchmarks.parts.dmp_proxy import StepTerms, fit_step_model, step_terms
 from dreamshard.costs.comm import Topology
-from dreamshard.costs.dmp_proxy import StepTerms, fit_step_model, step_terms
 from dreamshard.costs.types import PlacementCost
 from dreamshard.evaluation.rounds import geometric_mean, measure_costs
 from dreamshard.integrations.dmp_backend import DmpBackend

@@ -4,7 +4,7 @@ A mixed-integer program solved by HiGHS (through `scipy.optimize.milp`): binary 
 table i on device d, each table on exactly one device, each device within its memory cap, and
 the makespan z at least every device's load sum_i c_i x[i, d]; minimise z. Devices are
 identical, so the k-th costliest table may only use devices 0..k (symmetry breaking), and z
-starts at the best lower bound of `dreamshard.planners.bounds`.
+starts at the best lower bound of `benchmarks.parts.bounds`.
 
 What it proves: the minimum over legal placements of the ADDITIVE makespan for the given
 per-table costs (a heuristic key, or the cost network's prediction for each table alone). The
@@ -21,9 +21,9 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from benchmarks.parts.bounds import additive_makespan, lower_bounds
 from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
-from dreamshard.planners.bounds import additive_makespan, lower_bounds
 
 STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible"}
 

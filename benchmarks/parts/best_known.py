@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.parts.milp import MilpResult
+from benchmarks.parts.milp_simulated import solve_simulated_milp
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_scorer
-from dreamshard.planners.milp import MilpResult
-from dreamshard.planners.milp_simulated import solve_simulated_milp
 from dreamshard.planners.search import analytic_scorer, local_search
 from dreamshard.progress import Progress
 
