@@ -75,6 +75,9 @@ def plan_record(task: PlacementTask, arm, exact: list[Judge]) -> tuple[dict, Pla
     except (DreamshardError, InfeasibleError) as exc:
         return {"declined": first_line(exc), "costs": {}}, None
     record = {"seconds": round(time.perf_counter() - start, 4), "costs": {}}
+    if isinstance(placement, tuple):  # (placement, what the arm says of its own plan)
+        placement, said = placement
+        record |= said
     check_legal(task, placement)  # a planner's illegal plan is a bug, never a figure
     if placement.splits:
         kinds = [split.kind for split in placement.splits]

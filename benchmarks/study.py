@@ -30,10 +30,12 @@ from dreamshard.placement.tasks import Placement, PlacementTask
 class Arm:
     """One planner the study compares: `plan(task)` within `seconds` (None: no limit of the
     runner's own); a `DreamshardError` or `InfeasibleError`, or running past the limit, is
-    recorded as the arm declining the task."""
+    recorded as the arm declining the task. `plan` may return `(placement, figures)`: the
+    figures (a dict: its own timing, its peak memory, the candidate it measured) join the
+    plan's record in the row."""
 
     name: str
-    plan: Callable[[PlacementTask], Placement]
+    plan: Callable[[PlacementTask], Placement | tuple[Placement, dict]]
     seconds: float | None = None
 
 
