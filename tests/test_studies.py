@@ -216,3 +216,40 @@ def test_the_importer_rebuilds_a_runs_mlflow_run_once(tmp_path, monkeypatch):
 
 
 TOY = ToyStudy("toy", "A toy study", (Target("exact", at_most=2.0),))
+
+
+def test_a_models_command_remakes_its_full_config_whatever_the_defaults(tmp_path, monkeypatch):
+    """A model's command is rendered from the config its file records, every option spelled
+    out: parsed by `dreamshard train`'s own parser it gives that config back, even after a
+    default changed; a config recorded before an option existed gets no command."""
+    from dataclasses import asdict, replace
+
+    from benchmarks.parts.models import train_command
+    from dreamshard.cli.main import build_parser
+    from dreamshard.cli.train import config_from
+    from dreamshard.learn.model_file import DreamShardModel
+    from dreamshard.learn.train_config import TrainConfig
+
+    config = replace(
+        TrainConfig(),
+        suite="cpu-16x3",
+        out=str(tmp_path / "run"),
+        iterations=3,
+        lookahead=False,
+        table_aware=True,
+        warm_start_devices=(2, 4),
+        finetune="all",
+    )
+
+    def command_of(recorded: dict) -> str:
+        model = DreamShardModel(None, None, {"config": recorded, "history": []})
+        return train_command(model)
+
+    recorded = json.loads(json.dumps(asdict(config)))  # as a model file keeps it
+    monkeypatch.setattr(TrainConfig, "iterations", 99)  # a default changes later
+    words = command_of(recorded).split()
+    assert words[:2] == ["dreamshard", "train"]
+    again = config_from(build_parser().parse_args(words[1:]))
+    assert asdict(again) == asdict(config)
+    older = {k: v for k, v in recorded.items() if k != "finetune"}  # before --finetune existed
+    assert command_of(older) == "?"

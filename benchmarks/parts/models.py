@@ -8,9 +8,10 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
+from dreamshard.cli.train import TRAIN_OPTIONS
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
 from dreamshard.learn.pretrain import wants_rehearsal
@@ -38,24 +39,35 @@ def trained_on(model: DreamShardModel) -> str:
 
 
 def train_command(model: DreamShardModel) -> str:
-    """The `dreamshard train` command whose settings made `model` (those unlike the defaults,
-    from its metadata), or the shipped model's own command; "?" when its file records none."""
+    """The `dreamshard train` command that makes `model` again from a fresh clone, rendered from
+    the full config its file records (every option spelled out, so a later change of a default
+    cannot change what it makes), or the shipped model's own command. "?" when that cannot be
+    said: no config recorded, or one recorded before an option existed (today's default would
+    stand in for whatever that version did) or with a setting no option takes."""
     meta = model.metadata
     if "shipped" in meta:
         return meta["shipped"]["command"]
     recorded = meta.get("config")
-    if not isinstance(recorded, dict):
+    if not isinstance(recorded, dict) or set(recorded) != {f.name for f in fields(TrainConfig)}:
         return "?"
-    defaults = asdict(TrainConfig())
     words = ["dreamshard", "train"]
     for name, value in recorded.items():
-        if name in defaults and value != defaults[name]:
-            if isinstance(value, bool):
-                words.append(f"--{name.replace('_', '-')}" if value else f"--no-{name}")
-                continue
-            if isinstance(value, list | tuple):
-                value = ",".join(map(str, value))
-            words += [f"--{name.replace('_', '-')}", str(value)]
+        option = TRAIN_OPTIONS.get(name)
+        if option is None:
+            if value != getattr(TrainConfig(), name):
+                return "?"
+            continue
+        flag = option.get("flag", f"--{name.replace('_', '-')}")
+        if option.get("action") == "store_true":
+            words += [flag] if value else []
+        elif option.get("action") == "store_false":
+            words += [] if value else [flag]
+        elif value in (None, "", [], ()):  # no word says "none": only the default may be
+            if list(getattr(TrainConfig(), name) or []):
+                return "?"
+        else:
+            shown = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+            words += [flag, str(shown)]
     if "history" not in meta:  # the cost network alone, fitted on a stored dataset
         words.append("--costnet-only")
     return " ".join(words)
