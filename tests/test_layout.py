@@ -255,19 +255,8 @@ def test_no_file_names_a_missing_file():
         for token in sorted(named_paths(path.read_text()))
         if not any((ROOT / base / token).exists() for base in PATH_BASES)
         and not (path.parent / token).exists()
-        and not retired(token)
     ]
     assert missing == []
-
-
-def retired(token: str) -> bool:
-    """A results file whose last run was retired (`benchmarks/results/retired/README.md`): a
-    script still writes there, and its rerun will."""
-    results = "benchmarks/results/"
-    return (
-        token.startswith(results)
-        and (ROOT / results / "retired" / token.removeprefix(results)).exists()
-    )
 
 
 def test_the_path_check_finds_a_missing_file():
@@ -284,3 +273,69 @@ def test_every_package_docstring_names_its_modules():
         names += [p.name for p in here.iterdir() if (p / "__init__.py").is_file()]
         unnamed = [name for name in names if f"`{name}`" not in doc]
         assert unnamed == [], init
+
+
+# --- the study wing (benchmarks/): a third of the library at most, small files, no tangles ----
+
+STUDIES = ROOT / "benchmarks"
+STUDY_SHARE, STUDY_FILE_LINES = 0.35, 250
+# what a study may import of the wing: the contract, the runner, the records and the parts
+STUDY_SHARED = {"benchmarks", "benchmarks.study", "benchmarks.runner", "benchmarks.record"}
+
+
+def lines(paths) -> int:
+    return sum(len(p.read_text().splitlines()) for p in paths)
+
+
+def test_the_studies_stay_a_third_of_the_library_in_small_files():
+    study_files = sorted(STUDIES.rglob("*.py"))
+    share = lines(study_files) / lines(PACKAGE.rglob("*.py"))
+    assert share <= STUDY_SHARE, f"studies are {share:.0%} of the library's lines"
+    long = [f"{p.relative_to(ROOT)}: {lines([p])}" for p in study_files]
+    assert [entry for entry, p in zip(long, study_files) if lines([p]) > STUDY_FILE_LINES] == []
+
+
+def test_no_study_imports_another_and_the_library_imports_none():
+    for path in STUDIES.glob("*.py"):
+        if path.stem in ("__init__", "__main__", "study", "runner", "record"):
+            continue
+        wing = {n for n in absolute_imports(path) if n.split(".")[0] == "benchmarks"}
+        others = {n for n in wing if n not in STUDY_SHARED and not n.startswith("benchmarks.parts")}
+        assert others == set(), path
+    for root in ("dreamshard", "flows", "dashboard", "gpu_tasks"):
+        for path in (ROOT / root).rglob("*.py"):
+            assert not {n for n in absolute_imports(path) if n.split(".")[0] == "benchmarks"}, path
+
+
+def reached_from(starts: set[str], edges: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), list(starts)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(edges.get(name, ()))
+    return seen
+
+
+# a module named in a string: `lazy.load_object("module:attribute")`, the front door's names
+LAZY_NAME = re.compile(r"[\"'](dreamshard(?:\.\w+)+)(?::\w+)?[\"']")
+
+
+def test_no_library_module_is_reached_only_from_the_studies():
+    """Every module of the library is reached from what users run (the CLI, the package's front
+    door, the flows, the dashboard, the programs), following imports and the modules named in
+    strings (the registry's "module:attribute"): a module only a study reaches belongs in
+    benchmarks/parts/."""
+    mods = modules()
+    edges = graph()
+    for name, path in mods.items():
+        edges[name] = edges[name] | {m for m in LAZY_NAME.findall(path.read_text()) if m in mods}
+    starts = {"dreamshard", "dreamshard.cli.main"}
+    for root in ("flows", "dashboard", "gpu_tasks"):
+        for path in (ROOT / root).rglob("*.py"):
+            for name in absolute_imports(path):
+                while name and name not in mods:
+                    name = name.rpartition(".")[0]
+                starts |= {name} if name else set()
+    packages = {name for name, path in mods.items() if path.name == "__init__.py"}
+    assert sorted(set(mods) - packages - reached_from(starts, edges)) == []
