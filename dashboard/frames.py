@@ -5,21 +5,15 @@ Plain functions over plain JSON: no Streamlit, no MLflow, so tests call them dir
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.results import Evaluation
-from dreamshard.files import read_json
 from dreamshard.learn.costnet import DEVICE_TERMS
 from dreamshard.placement.registry import kind_of
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.shards import Split
 
 MIB = 2**20
-FEATURE_ABLATION = Path(__file__).resolve().parents[1] / "benchmarks/results/feature_ablation.json"
-FEATURE_ABLATION_COMMAND = ".venv/bin/python benchmarks/feature_ablation.py"
 
 
 def cost_source(backend: str) -> str:
@@ -172,37 +166,6 @@ def error_summary(points: pd.DataFrame) -> pd.DataFrame:
             "bias %": grouped["error_pct"].mean(),
         }
     ).reset_index()
-
-
-def read_feature_ablation(path: str | Path) -> dict | None:
-    """The feature study `benchmarks/feature_ablation.py` wrote, or None when there is none."""
-    if not Path(path).is_file():
-        return None
-    results = read_json(path, "feature study")
-    if not isinstance(results, dict) or results.get("format") != "dreamshard-feature-ablation":
-        raise DreamshardError(f"{path} is not a feature study ({FEATURE_ABLATION_COMMAND})")
-    return results
-
-
-def feature_ablation_frame(results: dict) -> pd.DataFrame:
-    """One row per removal (the full network first): each head's MAPE in % and its ratio to the
-    full network's (geometric mean over seeds), the overall ratio's range over seeds, and the
-    within-task Spearman with its change."""
-    rows = []
-    for row in results["rows"]:
-        stats = row["summary"]
-        record = {"removed": row["removed"], "kind": row["kind"]}
-        for head in results["heads"]:
-            record[f"{head} MAPE %"] = 100 * stats[f"{head}_mape"]["mean"]
-            record[f"{head} x full"] = stats[f"{head}_mape"]["change"]
-        overall = stats["overall_mape"]
-        record["overall x full, seeds"] = (
-            f"{overall['change_min']:.2f} to {overall['change_max']:.2f}"
-        )
-        record["Spearman"] = stats["spearman"]["mean"]
-        record["Spearman change"] = stats["spearman"]["change"]
-        rows.append(record)
-    return pd.DataFrame(rows)
 
 
 def explanation_frames(found) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -1,5 +1,5 @@
-"""All-to-all timing between local processes: what `benchmarks/gloo_alltoall.py` fits the
-`cpu-gloo` topology on.
+"""All-to-all timing between local processes: what the retired gloo_alltoall study (in git
+history at commit ea3bb69) fitted the `cpu-gloo` topology on.
 
     torchrun --nproc_per_node P -m gpu_tasks.gloo_alltoall --job job.json --out result.json
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -308,39 +306,6 @@ def test_placement_explorer_shows_the_shards_of_a_split_placement(split_evaluati
     layout, _ = figures(at)
     assert len(layout["data"]) == 2  # the tables' bars and the memory cap's legend line
     assert len(bar_segments(layout)) == 6
-
-
-def run_feature_study(out: Path) -> Path:
-    """benchmarks/feature_ablation.py at toy size (simulated, one seed, 10 steps): its JSON."""
-    script = Path(APP).parents[1] / "benchmarks" / "feature_ablation.py"
-    spec = importlib.util.spec_from_file_location("feature_ablation", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    tiny = "--suite cpu-12x2 --placements 30 --held-out 12 --held-out-tasks 3 --seeds 1 --steps 10"
-    module.main([*tiny.split(), "--out", str(out)])
-    return out.with_suffix(".json")
-
-
-@pytest.mark.usefixtures("one_torch_thread")
-def test_cost_model_page_shows_the_feature_study_or_how_to_make_it(empty_env):
-    results = run_feature_study(empty_env / "results" / "feature_ablation.md")
-    at = open_page("cost_model")
-    at.text_input(key="feature_ablation_path").set_value(str(empty_env / "absent.json")).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert any("benchmarks/feature_ablation.py" in i.value for i in at.info)
-    assert not at.dataframe
-
-    at.text_input(key="feature_ablation_path").set_value(str(results)).run()
-    assert_clean(at)
-    (table,) = [d.value for d in at.dataframe if "removed" in d.value.columns]
-    assert table["removed"][0] == "none (all 21 features)"
-    assert list(table["kind"]).count("group") == 4
-    assert list(table["kind"]).count("feature") == 21
-    heads = json.loads(results.read_text())["heads"]  # bwd_comm is left out where it is modeled
-    assert {"fwd_comp", "bwd_comp", "overall"} <= set(heads)
-    assert {f"{head} MAPE %" for head in heads} <= set(table.columns)
-    assert any("simulated backend" in c.value for c in at.caption)
 
 
 # --- bad input and the empty store ------------------------------------------------------------

@@ -1,5 +1,4 @@
-"""The best known placement of a task: every planner's placement screened, then measured search;
-on an exact backend, search scored by the backend itself and its MILP.
+"""The best known placement of a task: every planner's placement screened, then measured search.
 
 `BestKnown` is the `best_known` planner of `benchmarks/compare_planners.py`. The search starts from
 `search_analytic`'s placement (local search on the calibrated analytic model, which already
@@ -7,23 +6,16 @@ finds most of the room on real kernels) and from the cheapest placement of the s
 that is another; the budget is shared between the starts. The search's own measurements never
 enter a ratio (the winner's curse): its result is measured again, with everything else, in the
 interleaved rounds (`results.Evaluation`'s best known is the cheapest there).
-`search_reference` is the reference of `benchmarks/learning_headroom.py` on the simulated
-backend, where a cost is exact and cheap.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.parts.milp import MilpResult
-from benchmarks.parts.milp_simulated import solve_simulated_milp
-from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
-from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.dreamshard_planner import costnet_scorer
-from dreamshard.planners.search import analytic_scorer, local_search
+from dreamshard.planners.search import local_search
 from dreamshard.progress import Progress
 
 SEARCH_BATCH = 64  # neighbours ranked by the cost network per batch ...
@@ -122,30 +114,3 @@ class MeasuredScorer:
             best = min(self.known.values())
             self.progress.step(f"search: {costs[i]:.2f} ms (best so far {best:.2f})")
         return costs
-
-
-def search_reference(
-    backend: SimulatedBackend,
-    model: DreamShardModel,
-    seconds: float,
-    milp_seconds: float,
-    milps: dict[str, MilpResult],
-):
-    """A planner: local search scored by the (exact) backend from every heuristic's placement
-    and the default `dreamshard` planner's, `seconds` each, and the placement of a MILP of the
-    backend's cost model (its result kept in `milps` by task); the best of them."""
-
-    def plan(task: PlacementTask, seed: int) -> Placement:
-        score = analytic_scorer(task, backend)
-        starts = [greedy_place(task, key) for key in HEURISTIC_KEYS]
-        starts.append(place(task, "dreamshard", seed, model=model, split="none"))
-        found = [local_search(task, s, score, seconds, seed=seed) for s in starts]
-        best = min(found, key=lambda r: r.cost)
-        placement, cost = best.placement, best.cost
-        if milp_seconds > 0:
-            milps[task.name] = exact = solve_simulated_milp(task, backend, milp_seconds)
-            if exact.placement is not None and exact.objective < cost:
-                placement = exact.placement
-        return Placement(placement.devices, "search_reference")
-
-    return plan

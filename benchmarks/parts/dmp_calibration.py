@@ -1,4 +1,4 @@
-"""Fits the DMP step model's constants (`dreamshard/benchmarks/parts/dmp_proxy.py`) on measurements.
+"""Fits the DMP step model's constants (`benchmarks/parts/dmp_proxy.py`) on measurements.
 
 `benchmarks/torchrec_e2e.py` calls `calibrate` before it judges any held-out plan: on the suite's
 *training* tasks (never the held-out ones it reports), designed plans that vary what the

@@ -1,43 +1,11 @@
-"""Cost model: how well each registered cost network predicted the costs of its evaluation,
-and which table features it needs (the feature study, a benchmark's results file)."""
+"""Cost model: how well each registered cost network predicted the costs of its evaluation, and
+the held-out errors of its fits."""
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import frames, plots, sections, store
-from dreamshard.errors import DreamshardError
 from dreamshard.learn.costnet import DEVICE_TERMS
-
-
-def feature_study() -> None:
-    """The table `benchmarks/feature_ablation.py` wrote; without it, the command that makes it."""
-    st.subheader("Feature study: held-out error with each feature removed")
-    path = st.text_input(
-        "Results file", value=str(frames.FEATURE_ABLATION), key="feature_ablation_path"
-    )
-    try:
-        results = frames.read_feature_ablation(path)
-    except DreamshardError as exc:
-        st.error(str(exc))
-        return
-    if results is None:
-        st.info(
-            f"No feature study at {path} yet. Make it with `{frames.FEATURE_ABLATION_COMMAND}` "
-            "(simulated costs, about 5 minutes of CPU; `--dataset PATH` studies a cost "
-            "dataset of real measurements, `--help` lists the settings)."
-        )
-        return
-    table = frames.feature_ablation_frame(results)
-    formats = {c: "%.2f" for c in table.columns if c.endswith(("MAPE %", "x full"))}
-    formats |= {"Spearman": "%.3f", "Spearman change": "%+.3f"}
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={c: st.column_config.NumberColumn(format=f) for c, f in formats.items()},
-    )
-    st.caption(results["headline"])
-    st.caption(results["note"])
 
 
 def model_versions() -> None:
@@ -124,7 +92,4 @@ def model_versions() -> None:
 
 
 st.title("Cost model")
-versions = st.container()  # above the feature study, filled last: it may stop the page
-feature_study()
-with versions:
-    model_versions()
+model_versions()

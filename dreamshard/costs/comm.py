@@ -98,7 +98,8 @@ TOPOLOGIES = {
         Topology("pcie", 20.0, 0.025, "one host, GPUs talking over PCIe"),
         Topology("network", 10.0, 0.050, "several hosts, one 100 Gb/s NIC per GPU"),
         # Measured on this 2-core CPU host, 2026-11-29: gloo all_to_all_single between 2 and 4
-        # processes (benchmarks/gloo_alltoall.py): fit 0.23 ms per peer, 0.68 GB/s sent.
+        # processes (the retired gloo_alltoall study, in git history at commit ea3bb69): fit
+        # 0.23 ms per peer, 0.68 GB/s sent.
         Topology("cpu-gloo", 0.7, 0.25, "this CPU host: gloo between processes"),
         # hosts of 8: the network at 80% of the NIC's line rate, as `network` above
         Topology(

@@ -7,7 +7,7 @@ iteration i + 1 of any), so drift on a shared machine hits all groups alike, and
 precedes a group's timed calls unless the other groups' weights exceed the flush, so no group
 runs with rows left hot by its previous call (in training, the dense layers and the all-to-all
 run between two embedding steps). Their weights, not the rows they touch: counting those
-instead measured the same (benchmarks/results/retired/device_isolation.md).
+instead measured the same (the retired device-isolation study, in git history at commit ea3bb69).
 CPU: weights fp32 in host memory, a monotonic clock. CUDA: fp16 weights in device memory,
 CUDA events.
 """

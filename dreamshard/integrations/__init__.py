@@ -5,7 +5,6 @@ planner's stats table reports it; `torchrec_tables`: a TorchRec model's tables a
 statistics; `dmp_planner`: `DreamShardPlanner`, TorchRec's planner interface for
 DistributedModelParallel (importing it imports TorchRec); `dmp_backend`: the `dmp` cost
 backend, real TorchRec training steps under torchrun (the program is `gpu_tasks/dmp_step.py`);
-`dmp_calibration`: the DMP step model's constants fitted on designed plans measured both ways;
 `plan_check`: `dreamshard check`, an existing plan's legality, memory (ours and TorchRec's),
 predicted cost and dreamshard's plan beside it (a live `ShardingPlan` too).
 May import: every stage below (TorchRec only when called, or in `dmp_planner`)."""

@@ -16,7 +16,7 @@ itself is never pretrained: there the prior would be the answer.
 
 On stored fbgemm cpu-50x4 data (96 placements fitted, 24 held out, 3 seeds) this took the
 held-out overall MAPE from 4.8% to 1.8% and the Spearman correlation within a task from 0.67
-to 0.88 (`benchmarks/results/retired/costnet_prior_fbgemm.md`; docs/learning.md).
+to 0.88 (a retired study, in git history at commit ea3bb69; docs/learning.md).
 """
 
 from __future__ import annotations

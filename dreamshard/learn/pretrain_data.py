@@ -24,7 +24,7 @@ Placements of a task: the four greedy heuristics, random, random over a few devi
 heuristics' placements with random moves, so the data holds balanced and unbalanced loads.
 Memory is not checked: labels need no legality, and a loaded device is what a cost model must
 price. The out-of-distribution families the shipped network is judged on come from generator
-code of their own (`evaluation/ood_families.py`), never used here.
+code of their own (`benchmarks/parts/ood_families.py`), never used here.
 """
 
 from __future__ import annotations

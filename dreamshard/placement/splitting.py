@@ -26,7 +26,7 @@ those placements rated by the planner's `SplitRating`, the cheapest kept. A cand
 tables the balance rule names either into column halvings or into row ranges over all D
 devices (TorchRec's row-wise layout, shard r on device r). On a CPU a column shard repeats all
 of its table's lookups while a row shard has only those of its rows, so for a hot table rows
-can win where columns cannot (benchmarks/results/retired/split_tables.md: half the rows of a
+can win where columns cannot (the retired split_tables study, commit ea3bb69: half the rows of a
 5.1M-row table 0.50x, half its width 0.75x); which wins is the cost model's call, never
 assumed.
 
@@ -427,7 +427,8 @@ def checked_balance_splits(
     shards cheaper than of the tables with only the memory splits (which win ties). The rule's
     key does not see that a column shard still does all of its table's lookups; on real
     kernels the unchecked rule made 4-6 of 32 heuristic plans slower than whole tables beyond
-    the noise, the checked one none (benchmarks/results/retired/split_tables.md, 2026-12-01)."""
+    the noise, the checked one none (the retired split_tables study of 2026-12-01, in git
+    history at commit ea3bb69)."""
     base = memory_splits(task)
     balanced = balance_splits(task, HEURISTIC_KEYS[key_name], base)
     if _identity(balanced) == _identity(base):

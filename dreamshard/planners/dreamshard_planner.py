@@ -110,7 +110,7 @@ def one_thread() -> Iterator[None]:
     """torch and NumPy's BLAS on one thread each, then back to what they were. Placing runs
     thousands of small products, which more threads only slow down: 2 torch threads on 2 busy
     cores made it 20x slower, and OpenBLAS's own threads made the lookahead at 128 devices
-    5-30x slower (benchmarks/paper_scale.py)."""
+    5-30x slower (the retired paper_scale study, in git history at commit ea3bb69)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -257,7 +257,8 @@ def heuristic_first_unless_beaten(order: list[int], candidates, members: np.ndar
     calibrated 90% interval of the gain is above zero made out-of-distribution plans worse
     (worst task 1.024x the best heuristic against 1.000, 48 tasks): where the networks
     disagree they disagree about the heuristics too, so the heuristic kept is not the best one
-    (benchmarks/results/ood_study.md). The interval is reported, not used to gate."""
+    (the old ood study's report, in git history at commit ea3bb69). The interval is reported,
+    not used to gate."""
     heuristic = [i for i in order if candidates[i].method in HEURISTIC_KEYS]
     if not heuristic or order[0] == heuristic[0]:
         return order
