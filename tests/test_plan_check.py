@@ -40,7 +40,21 @@ def test_a_plan_of_torchrecs_own_planner_round_trips_through_check(tables, tmp_p
     task = PlacementTask(tuple(load_tables(tables)), 4, 8 * 2**30)
     again = read_any_plan(plan, task, "embedding_bags")
     assert again.splits  # TorchRec's shards, as our splits
-    assert [d["memory_bytes"] for d in report["devices"]] == device_memory(task, again).tolist()
+    # each device's memory read from TorchRec's shards themselves, not through our reader: the
+    # elements of every shard on the rank (a replicated table's whole on each of its ranks)
+    per_element = task.tables[0].bytes() / (task.tables[0].rows * task.tables[0].dim)
+    elements = [0] * 4
+    by_name = {t.name: t for t in task.tables}
+    for name, entry in json.loads(plan.read_text())["plan"]["embedding_bags"].items():
+        for shard in entry.get("shards") or []:
+            rank = int(shard["placement"].split("/")[0].removeprefix("rank:"))
+            elements[rank] += shard["sizes"][0] * shard["sizes"][1]
+        if not entry.get("shards"):  # data-parallel: the whole table on every rank it names
+            for rank in entry["ranks"]:
+                elements[rank] += by_name[name].rows * by_name[name].dim
+    memory = [d["memory_bytes"] for d in report["devices"]]
+    assert memory == pytest.approx([per_element * e for e in elements], rel=1e-9)
+    assert memory == device_memory(task, again).tolist()
     assert report["overall_ms"] == pytest.approx(SimulatedBackend().measure(task, again).overall)
     # TorchRec counts its input and output buffers beside the weights: more on every busy device
     for device in report["devices"]:
