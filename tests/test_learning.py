@@ -92,7 +92,10 @@ def test_policy_only_picks_legal_devices(case):
                 place(task, "size")
 
 
-def test_training_improves_the_policy(trained):
+def test_training_lowers_the_probe_plans_cost_as_the_dataset_grows(trained):
+    """The run's probe (the model's own plan, policy and cost network together, judged by the
+    backend) costs less at the last iteration than at the first. That is the model's gain, not
+    the policy's: the next tests show it comes from the cost network."""
     config, model = trained
     history = model.metadata["history"]
     assert len(history) == config.iterations
