@@ -17,7 +17,7 @@ import argparse
 
 from benchmarks.parts.ood_accuracy import accuracy, coverage
 from benchmarks.parts.ood_families import FAMILIES, SHAPES, ood_tasks
-from benchmarks.record import model_provenance
+from benchmarks.record import model_option, studied_model
 from benchmarks.study import (
     Arm,
     Figure,
@@ -30,8 +30,6 @@ from benchmarks.study import (
 )
 from dreamshard.cli.args import positive
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.learn.model_file import resolve_model
-from dreamshard.learn.shipped import SHIPPED_DIR, shipped_manifest
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.registry import named_planner
 from dreamshard.report import format_table
@@ -49,7 +47,7 @@ TARGETS = (
 
 class OodStudy(Study):
     def options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--model", default="shipped", help="shipped (default) or a model file")
+        model_option(parser)
         parser.add_argument("--seeds", type=positive(int), default=12, help="seeds per family")
         parser.add_argument(
             "--first-seed",
@@ -59,12 +57,8 @@ class OodStudy(Study):
         )
 
     def prepare(self, args: argparse.Namespace) -> None:
-        self.model = resolve_model(args.model)
-        if args.model == "shipped":
-            path, command = SHIPPED_DIR / "model.pt", shipped_manifest().get("command", "")
-        else:
-            path, command = args.model, self.model.metadata.get("command", "")
-        self.models = {"planner": model_provenance(path, command)}
+        self.model, provenance = studied_model(args.model)
+        self.models = {"planner": provenance}
         self.judge = SimulatedBackend()
         self.z90 = (self.model.metadata.get("confidence") or {}).get("z90")
         self.about = (

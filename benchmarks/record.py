@@ -153,3 +153,27 @@ def imported_hashes(study: str) -> set[str]:
         return set()
     runs = mlflow.search_runs([found.experiment_id], output_format="list")
     return {run.data.tags.get(IMPORTED, "") for run in runs}
+
+
+def model_option(parser) -> None:
+    """A study's `--model`: the shipped model (default) or a model file a command remakes."""
+    parser.add_argument(
+        "--model",
+        default="shipped",
+        help="shipped (default: the package's pre-trained model) or a model file that "
+        "`dreamshard train` made (its command is rendered from the config it records)",
+    )
+
+
+def studied_model(given: str):
+    """The model `--model` names and its provenance (`model_provenance`): the shipped one with
+    the command its manifest records, or a file with the `dreamshard train` command rendered
+    from its full config (`parts.models.train_command`); refused without one."""
+    from benchmarks.parts.models import train_command
+    from dreamshard.learn.model_file import resolve_model
+    from dreamshard.learn.shipped import SHIPPED_DIR, shipped_manifest
+
+    model = resolve_model(given)
+    if given == "shipped":
+        return model, model_provenance(SHIPPED_DIR / "model.pt", shipped_manifest()["command"])
+    return model, model_provenance(given, train_command(model))

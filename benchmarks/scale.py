@@ -25,13 +25,11 @@ from benchmarks.parts.scale_tasks import (
     memory_split_place,
     study_task,
 )
-from benchmarks.record import model_provenance
+from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, ratio_figure
 from dreamshard.cli.args import number_list
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.integrations.torchrec_judge import torchrec_judge
-from dreamshard.learn.model_file import resolve_model
-from dreamshard.learn.shipped import SHIPPED_DIR, shipped_manifest
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner
 from dreamshard.report import format_table
@@ -64,7 +62,7 @@ def cell_of(task_name: str) -> tuple[str, int, str]:
 
 class ScaleStudy(Study):
     def options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--model", default="shipped", help="shipped (default) or a model file")
+        model_option(parser)
         parser.add_argument("--seeds", default="0-7", help="seeds per cell, as 0-7 or 0,3")
         parser.add_argument("--sets", default=",".join(STUDY_SETS), help="table sets")
         parser.add_argument("--devices", default="16,32,64,128", help="device counts")
@@ -83,12 +81,8 @@ class ScaleStudy(Study):
         )
 
     def prepare(self, args: argparse.Namespace) -> None:
-        self.model = resolve_model(args.model)
-        if args.model == "shipped":
-            path, command = SHIPPED_DIR / "model.pt", shipped_manifest().get("command", "")
-        else:
-            path, command = args.model, self.model.metadata.get("command", "")
-        self.models = {"dreamshard": model_provenance(path, command)}
+        self.model, provenance = studied_model(args.model)
+        self.models = {"dreamshard": provenance}
         self.backend = SimulatedBackend(topology=TOPOLOGY)
         self.about = (
             f"TorchRec's planner gets {args.torchrec_seconds:g} s as its own `timeout_seconds` "
