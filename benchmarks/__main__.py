@@ -8,7 +8,8 @@ import sys
 
 from benchmarks import STUDIES
 from benchmarks.record import RESULTS, file_hash, imported_hashes, log_run, read_rows, rows_path
-from benchmarks.runner import render, run
+from benchmarks.report import render
+from benchmarks.runner import run
 from benchmarks.study import Study
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_text_atomic

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.record import RESULTS, commit, host, log_run, rows_path, write_rows
-from benchmarks.study import Figure, Judge, Study
+from benchmarks.report import render
+from benchmarks.study import Judge, Study
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.files import write_text_atomic
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.planners.dreamshard_planner import one_thread
-from dreamshard.report import format_table
 from dreamshard.state import state_dir
 
 QUICK_TASKS, QUICK_ROUNDS = 2, 2
@@ -159,55 +159,6 @@ def measure_rounds(tasks, measured: list[Judge], rounds: int, progress: Progress
         progress.state["rounds"] = r + 1
         progress.save()
         say(f"round {r + 1}/{rounds}: {len(items)} plans in {time.monotonic() - start:.0f} s")
-
-
-def verdicts(study: Study, figures: dict[str, Figure]) -> list[dict]:
-    out = []
-    for target in study.targets:
-        figure = figures.get(target.figure) or Figure(float("nan"), float("nan"), float("nan"), 0)
-        out.append(
-            {
-                "figure": target.figure,
-                "wanted": target.wanted(),
-                "value": figure.value,
-                "low": figure.low,
-                "high": figure.high,
-                "tasks": figure.tasks,
-                "met": target.met(figure),
-                "cell": figure.cell(),
-            }
-        )
-    return out
-
-
-def render(study: Study, meta: dict, rows: list[dict]) -> tuple[str, list[dict]]:
-    """The report, from the rows file's contents alone, and the targets' verdicts."""
-    figures = study.figures(rows)
-    found = verdicts(study, figures)
-    models = "; ".join(
-        f"{name}: sha256 {m['sha256']}, made by `{m['command']}`"
-        for name, m in meta["models"].items()
-    )
-    judges = ", ".join(
-        f"{name} ({'exact, one round' if n == 1 else f'measured, {n} interleaved rounds'})"
-        for name, n in meta["judges"].items()
-    )
-    head = [
-        f"# {study.title}",
-        "",
-        f"Command: `{meta['command']}`; at commit {meta['commit']}, {meta['date']}, "
-        f"{meta['minutes']:.1f} min. Host: {meta['hardware']} (every figure); {meta['versions']}.",
-        f"Tasks: {meta['tasks']}, fixed by the command. Judges: {judges}.",
-        f"Models: {models or 'none'}.",
-    ]
-    if study.about:
-        head += ["", study.about]
-    table = format_table(
-        ["target", "wanted", "figure [95%]", "verdict"],
-        [(v["figure"], v["wanted"], v["cell"], "met" if v["met"] else "not met") for v in found],
-    )
-    body = ["", "## Targets", "", "```", table, "```", "", study.details(rows, figures)]
-    return "\n".join(head + body).rstrip() + "\n", found
 
 
 def settings_of(study: Study, args: argparse.Namespace, at: str) -> dict:
