@@ -5,7 +5,8 @@ label from Monday and one from Tuesday are not comparable. The fbgemm backend th
 this group in the same round-robin as the placement's groups and records its time in the
 measurement's info. A *normalised* cost is the raw one scaled by how much faster or slower the
 reference ran than its nominal time: what the measurement would have been on a machine in the
-reference's nominal state. benchmarks/measurement.py shows how much closer two runs agree.
+reference's nominal state. How much closer two runs agree: docs/measurement.md (measured by
+the retired measurement study; its script and report are in git history at commit ea3bb69).
 """
 
 from __future__ import annotations
@@ -21,21 +22,22 @@ from dreamshard.tables.table import Table
 # 470-114,028 rows, dims 4-128, 50 MB of fp32 weights (beyond this CPU's 32 MiB last-level
 # cache, as the groups are) and 290k lookups a batch. A smaller group that fits the cache
 # (seed 1, 8 tables, 33 MB) slowed more than the groups under another process's memory
-# traffic and over-corrected them by 5-10% (benchmarks/measurement.py); this one sits in the
-# middle of the groups. It adds about 12 ms per timed iteration.
+# traffic and over-corrected them by 5-10% (the retired measurement study); this one sits in
+# the middle of the groups. It adds about 12 ms per timed iteration.
 REFERENCE_SEED = 10
 REFERENCE_TABLES = 12
 # Bumped whenever the definition above changes, so records say which reference they used.
 REFERENCE_VERSION = 1
 # The reference's forward + backward milliseconds (median of the timed iterations) on this
 # 2-core AMD EPYC host, fp32, EXACT_SGD, one thread: the median over many quiet measurements
-# (benchmarks/measurement.py prints it). Normalised costs are in these milliseconds. Per device
-# kind; a kind without one records the reference's time but has no normalised cost.
+# (the retired measurement study printed it). Normalised costs are in these milliseconds. Per
+# device kind; a kind without one records the reference's time but has no normalised cost.
 NOMINAL_MS = {"cpu": 12.0}
 # The forward's share of the reference's time, for normalising each term by its own reference
 # term ("per-term" labels): the median over 264 measurements on a 2-core Intel Xeon (0.37-0.38
 # between the 10th and 90th percentile). Under another process's memory traffic the forward and
-# backward slow by different amounts, which one factor cannot follow (benchmarks/measurement.py).
+# backward slow by different amounts, which one factor cannot follow (the retired measurement
+# study).
 NOMINAL_FWD_SHARE = 0.37
 
 
