@@ -16,7 +16,7 @@ there), so it answered with a heuristic's plan; with a second and the rollout's 
 (`planners.dreamshard_planner.ROLLOUT_SHARE`) the scale study's binding tasks at 64 and 128
 devices went from 0.77x to 0.71x the memory-split heuristics (17 tasks, our judge). TorchRec's
 planner with every sharding type (what it needs to split tables, as `--split auto` does) takes
-30 s and more there; table-wise only, 0.58 s (benchmarks/results/planning_speed.md). Below a
+30 s and more there; table-wise only, 0.58 s (benchmarks/results/history/planning_speed.md). Below a
 few hundred tables no planner here comes near the budget, so small tasks plan exactly as
 without one.
 """
