@@ -25,12 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.record import ROOT, model_provenance
+from benchmarks.record import ROOT, model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, mean_figure, ratio_figure
 from dreamshard.cli.args import positive
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import DreamshardError
-from dreamshard.learn.shipped import SHIPPED_DIR, shipped_manifest
 from dreamshard.placement.budget import default_time_budget
 from dreamshard.placement.plan_file import placement_from_plan, read_plan, write_plan
 from dreamshard.placement.planner import PlanOptions
@@ -143,7 +142,7 @@ def child(argv: list[str]) -> None:
 
 class SpeedStudy(Study):
     def options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--model", default="shipped", help="shipped (default) or a model file")
+        model_option(parser)
         parser.add_argument("--repeats", type=positive(int), default=3, help="timed plans")
         parser.add_argument(
             "--seconds", type=float, default=120.0, help="the most one arm's process may take"
@@ -151,13 +150,7 @@ class SpeedStudy(Study):
         parser.add_argument("--tables-scale", type=float, default=1.0, help="x tables, devices")
 
     def prepare(self, args: argparse.Namespace) -> None:
-        if args.model == "shipped":
-            path, command = SHIPPED_DIR / "model.pt", shipped_manifest().get("command", "")
-        else:
-            from dreamshard.learn.model_file import resolve_model
-
-            path, command = args.model, resolve_model(args.model).metadata.get("command", "")
-        self.models = {"dreamshard": model_provenance(path, command)}
+        self.models = {"dreamshard": studied_model(args.model)[1]}  # the child loads it
         self.backend = SimulatedBackend()
         self.about = (
             f"Each arm in a process of its own (torch on one thread): the median of "
