@@ -7,7 +7,6 @@ program started under torchrun), `host_lock` (one measurement at a time per host
 and `calibrate` (the analytic backend and its fit), `backends` (a backend by name; `dmp`'s is in
 `integrations`), `dataset` (the append-only SQLite cost dataset), `collect` (measuring a suite's
 placements into it), `fanout` (measuring many placements here or on a Dask cluster's workers).
-The proxy of a TorchRec training step is a study part (`benchmarks/parts/dmp_proxy.py`).
 May import: placement, tables, the root modules.
 """
 
