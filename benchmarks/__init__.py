@@ -9,6 +9,7 @@ tables on 16-128 devices, two judges) and `speed` (planning time and peak memory
 `ablation`: what each part of the default planner buys (`--backend fbgemm`: on real kernels,
 its rows and report `ablation_fbgemm`'s).
 `torchrec`: plans in real TorchRec training steps against TorchRec's planner.
+`planners`: every planner side by side on measured cost (fbgemm), the cpu suites' test tasks.
 
 The older scripts beside them (`python benchmarks/NAME.py`) predate the runner; each moves onto
 it or is retired (issue 47).
@@ -22,4 +23,5 @@ STUDIES = {
     "speed": "benchmarks.speed:STUDY",
     "ablation": "benchmarks.ablation:STUDY",
     "ablation_fbgemm": "benchmarks.ablation:FBGEMM",  # `ablation --backend fbgemm`'s rows
+    "planners": "benchmarks.planners:STUDY",
 }

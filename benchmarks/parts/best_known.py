@@ -1,11 +1,11 @@
 """The best known placement of a task: every planner's placement screened, then measured search.
 
-`BestKnown` is the `best_known` planner of `benchmarks/compare_planners.py`. The search starts from
+`BestKnown` is the `best_known` arm of `benchmarks/planners.py`. The search starts from
 `search_analytic`'s placement (local search on the calibrated analytic model, which already
 finds most of the room on real kernels) and from the cheapest placement of the screening, when
 that is another; the budget is shared between the starts. The search's own measurements never
 enter a ratio (the winner's curse): its result is measured again, with everything else, in the
-interleaved rounds (`results.Evaluation`'s best known is the cheapest there).
+study's interleaved rounds (the best known reference is the cheapest plan there).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ STARTS = ("search_analytic",)  # planners whose placement the search always star
 class BestKnown:
     """The best known placement of a task: screen the others' placements, then measured search.
 
-    `recorded(name, planner)` wraps every other planner so its placements are kept; `evaluate`
-    places a task with all planners in order, this one last, so they are all there. `log`
-    receives one entry per task (what was screened, searched and found).
+    `recorded(name, planner)` wraps every other planner so its placements are kept (it may
+    return `(placement, figures)`, as a study's arm does); the study plans a task with all of
+    them in order, this one last, so they are all there. `log` receives one entry per task
+    (what was screened, searched and found).
     """
 
     def __init__(
@@ -40,11 +41,12 @@ class BestKnown:
         self.log: dict[str, dict] = {} if log is None else log
 
     def recorded(self, name: str, planner):
-        def plan(task: PlacementTask, seed: int) -> Placement:
-            placement = planner(task, seed)
+        def plan(task: PlacementTask, seed: int):
+            found = planner(task, seed)
+            placement = found[0] if isinstance(found, tuple) else found
             if not placement.splits:  # the search moves whole tables: split plans start none
                 self.proposals.setdefault(task.name, {})[name] = placement
-            return placement
+            return found
 
         return plan
 
@@ -74,7 +76,7 @@ class BestKnown:
         self.log[task.name] = {
             "start": names[start],
             "start_ms": known[start],
-            "starts": list(names.values()),
+            "starts": ", ".join(names.values()),
             "steps": found.steps,
             "measured": sum(used for _, _, used in searches),
             "search_ms": found.cost,
