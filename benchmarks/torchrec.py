@@ -19,6 +19,7 @@ all-to-all modeled), exact, whose rank correlation with DMP the report gives.
 from __future__ import annotations
 
 import argparse
+from importlib.metadata import version
 
 import numpy as np
 
@@ -72,10 +73,11 @@ class TorchRecStudy(Study):
         self.proxy = make_backend("fbgemm")
         self.last: tuple = (None, None)  # the last launch: (its plan's key, its DmpRun)
         self.about = (
-            f"Each plan trained on {self.device} for {args.warmup} warm-up and {args.steps} timed "
-            "steps a launch, one launch per plan and round, the plans of all tasks in a fresh "
-            "order each round. Ratios: paired within rounds, geometric mean over rounds then "
-            "tasks [bootstrap 95% interval over tasks and rounds], over the tasks both planned. "
+            f"TorchRec {version('torchrec')}. Each plan trained on {self.device} for "
+            f"{args.warmup} warm-up and {args.steps} timed steps a launch, one launch per plan "
+            "and round, the plans of all tasks in a fresh order each round. Ratios: paired "
+            "within rounds, geometric mean over rounds then tasks [bootstrap 95% interval over "
+            "tasks and rounds], over the tasks both planned. "
             f"`{OURS}` against `{DEFAULTS}` is what a user gets against what TorchRec gives them."
         )
 
