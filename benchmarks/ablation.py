@@ -1,257 +1,245 @@
-"""What each part of the default planner buys, on exact costs or on real kernels (issue 28).
+"""What each part of the default planner buys (issue 28): its parts run alone on the same tasks,
+on exact costs or on real kernels.
 
-Run: .venv/bin/python benchmarks/ablation.py [--suites cpu-50x4,cpu-100x4,dlrm-50x8]
-         [--tasks 8] [--ood-seeds 3] [--model RUN/model.pt] [--out FILE]
-     .venv/bin/python benchmarks/ablation.py --backend fbgemm [--ood-seeds 3] [--rounds 5]
-
-Tasks, fixed before the run: each suite's first `--tasks` held-out test tasks, and the
-out-of-distribution families (`evaluation/ood_families.py`) at seeds 0..N-1. Judge: the
-calibrated simulated backend (exact, one round, cpu-gloo exchange modeled). The trained model:
-`--model`, else one trained by this run (`dreamshard train --suite cpu-50x4 --backend
-simulated --out .dreamshard/ablation/model`, seed 0, from the shipped network as every default
-run starts); its cost network is the fixed network of every learned row, and the untrained
-policy is a fresh one from the same seed on it. Rows: `benchmarks/parts/ablation.py`. Ratio: a row's
-cost over the per-task best heuristic's; geometric mean [bootstrap 95% interval over tasks].
-Writes benchmarks/results/ablation.md and its .json.
-
-`--backend fbgemm`: the same rows timed on real kernels on this host, the trained model trained
-on this host's kernels (`dreamshard train --suite cpu-50x4 --backend fbgemm --out
-.dreamshard/ablation/fbgemm-model`, seed 0, from the shipped network, ~10 min) unless `--model`
-is given, on the out-of-distribution
-families at the scale a CPU can time (`ood_tasks(scale="cpu")`: seeds 0..N-1 of each family,
-default 12 tasks of 50-200 tables on 4-16 devices; no suites), every distinct placement
-measured once per round in `--rounds` interleaved rounds (`evaluation.evaluate`); ratios paired
-within rounds, intervals over tasks and rounds (`rounds.bootstrap_paired`). About 70 min here
-with the defaults (a round measures ~10 placements of each task: ~13 min). Writes
-benchmarks/results/ablation_fbgemm.md, its .json (every placement and measurement) and .csv.
+`--backend simulated` (the study `ablation`): each suite's first `--tasks` held-out test tasks
+and the out-of-distribution families (`benchmarks/parts/ood_families.py`) at seeds 0..N-1
+(`--ood-seeds`), judged by the calibrated simulated backend (exact, one round). `--backend
+fbgemm` (its rows and report are `ablation_fbgemm`'s): the families at the scale a CPU can time
+(`ood_tasks(scale="cpu")`, seeds 0..N-1), every plan timed on this host's real kernels in
+`--rounds` interleaved rounds. Arms: the rows of `benchmarks/parts/ablation.py`, each a planner
+of whole tables (the four heuristics, whose per-task best is the reference). The trained model:
+`--model`, else one the run trains into the state folder (`dreamshard train --suite cpu-50x4
+--backend BACKEND --seed 0`, from the shipped network as every default run starts; a resumed run
+keeps the one it trained); its cost network is the fixed network of every learned row, and the
+untrained policy a fresh one from the same seed on it. Per task also each model's predicted
+overall of every distinct plan, for its cost network's within-task Spearman.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.parts.ablation import (
-    ablation_rows,
-    measured_ratios,
-    measured_rows,
-    measured_spearman,
-    ratios,
-    run_ablation,
-)
-from benchmarks.parts.models import TRAINED_BY_RUN, given_or_trained, training_note
+from benchmarks.parts.ablation import ablation_rows, distinct_plans, within_task_spearman
+from benchmarks.parts.models import given_or_trained, train_command
 from benchmarks.parts.ood_families import ood_tasks
-from benchmarks.parts.ratio_tables import interval_cell
-from benchmarks.parts.report_files import (
-    fenced_table,
-    host_note,
-    write_evaluation,
-    write_report,
+from benchmarks.record import commit, model_provenance, studied_model
+from benchmarks.runner import Progress, say, settings_of
+from benchmarks.study import (
+    Arm,
+    Figure,
+    Judge,
+    Study,
+    Target,
+    mean_figure,
+    ratio_figure,
+    worst_figure,
 )
-from benchmarks.script_entry import run_script
 from dreamshard.cli.args import positive
 from dreamshard.cli.train import FINE_TUNING, fine_tuning, training_options
 from dreamshard.costs.backends import make_backend
 from dreamshard.costs.simulated import SimulatedBackend
-from dreamshard.evaluation.evaluate import evaluate
-from dreamshard.evaluation.results import Evaluation
-from dreamshard.learn.model_file import resolve_model, shipped_model
+from dreamshard.learn.model_file import resolve_model
 from dreamshard.learn.policy import PlacementPolicy
 from dreamshard.learn.train_config import TrainConfig
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.suites import make_suite, parse_suite_name
-from dreamshard.planners.dreamshard_planner import one_thread
+from dreamshard.report import format_table
+from dreamshard.state import state_dir
 
-RESULTS = Path(__file__).parent / "results" / "ablation.md"
-RESULTS_FBGEMM = Path(__file__).parent / "results" / "ablation_fbgemm.md"
-MODEL_RUN = ".dreamshard/ablation/model"
-MODEL_RUN_FBGEMM = ".dreamshard/ablation/fbgemm-model"
-TARGET_KERNELS = (0.95, 1.00)  # the default planner's ratio, and its interval's upper end
+REFERENCE = tuple(f"heuristic {key}" for key in HEURISTIC_KEYS)
+LEARNED = ("default planner", "default planner, shipped model")
+NETWORKS = ("trained", "shipped")
+OOD = "out of distribution"
+KERNELS = (0.95, 1.00)  # issue 28 on real kernels: a default planner's ratio, its upper end
+SAID = (
+    " Whole tables. Ratio: an arm's cost over the per-task best heuristic's (the heuristic "
+    "cheapest on the task), geometric mean [bootstrap 95% interval over tasks and rounds]; "
+    "lower is better. The simulated run has no target of its own (issue 28's is on real "
+    "kernels: a default planner at most 0.95, its interval's upper end at most 1.00)."
+)
+VARIANTS = {  # backend -> the study's name (its rows and report), title, targets and about
+    "simulated": (
+        "ablation",
+        "What each part of the default planner buys (exact costs)",
+        (),
+        "Judge: the calibrated simulated backend (exchange modeled, cpu-gloo), fp16." + SAID,
+    ),
+    "fbgemm": (
+        "ablation_fbgemm",
+        "What each part of the default planner buys (real kernels)",
+        tuple(
+            Target(f"{arm} vs best heuristic{kind}", at_most=bound)
+            for arm in LEARNED
+            for kind, bound in ((", geometric mean alone", KERNELS[0]), ("", KERNELS[1]))
+        ),
+        "Judge: fbgemm on this host (fused kernels, fp32; all-to-all modeled, cpu-gloo), every "
+        "plan timed once a round (plans alike timed apart); ratios paired within rounds." + SAID,
+    ),
+}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--backend",
-        default="simulated",
-        choices=["simulated", "fbgemm"],
-        help="simulated: exact costs (the default); fbgemm: real kernels on this host, on the "
-        "out-of-distribution families at cpu scale only",
-    )
-    parser.add_argument("--suites", default="cpu-50x4,cpu-100x4,dlrm-50x8", help="(simulated only)")
-    parser.add_argument(
-        "--tasks", type=int, default=8, help="held-out tasks per suite (simulated only)"
-    )
-    parser.add_argument("--ood-seeds", type=positive(int), default=3, help="seeds per family")
-    parser.add_argument(
-        "--rounds", type=positive(int), default=5, help="interleaved rounds (fbgemm only)"
-    )
-    parser.add_argument("--model", help="trained model (default: trained by this run)")
-    training_options(parser, FINE_TUNING)  # how the model trained here fits its cost network
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="(fbgemm) write the report again from the run's .json beside --out, measuring "
-        "and training nothing (the trained model: --model, else the one the run trained)",
-    )
-    parser.add_argument("--out", help=f"report (default {RESULTS} or, fbgemm, {RESULTS_FBGEMM})")
-    args = parser.parse_args()
-    if args.rerender and args.backend != "fbgemm":
-        parser.error("--rerender re-renders a --backend fbgemm run only")
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    fitting = fine_tuning(args, args.backend)
-    if args.backend == "fbgemm":  # the learned rows on a network fine-tuned on this host
+class AblationStudy(Study):
+    def __init__(self, backend: str):
+        super().__init__(*VARIANTS[backend])
+        self.backend = backend
+
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--backend",
+            default=self.backend,
+            choices=list(VARIANTS),
+            help="simulated: exact costs on the suites and the families; fbgemm: real kernels "
+            "on the families at cpu scale (rows and report: ablation_fbgemm)",
+        )
+        parser.add_argument("--suites", default="cpu-50x4,cpu-100x4,dlrm-50x8", help="(simulated)")
+        parser.add_argument(
+            "--tasks", type=positive(int), default=8, help="held-out tasks a suite (simulated)"
+        )
+        parser.add_argument("--ood-seeds", type=positive(int), default=3, help="seeds a family")
+        parser.add_argument(
+            "--rounds", type=positive(int), default=5, help="interleaved rounds (fbgemm)"
+        )
+        parser.add_argument("--model", help="the trained model's file (default: trained here)")
+        training_options(parser, FINE_TUNING)  # how the model trained here fits its network
+
+    def prepare(self, args: argparse.Namespace) -> None:
+        self.backend = args.backend
+        self.name, self.title, self.targets, self.about = VARIANTS[args.backend]
+        folder = {"simulated": "model", "fbgemm": "fbgemm-model"}[args.backend]
         config = TrainConfig(
-            suite="cpu-50x4", backend="fbgemm", out=MODEL_RUN_FBGEMM, seed=0, **fitting
+            suite="cpu-50x4",
+            backend=args.backend,
+            out=str(state_dir() / "ablation" / (folder + ("-quick" if args.quick else ""))),
+            seed=0,
+            **fine_tuning(args, args.backend),
         )
-    else:
-        config = TrainConfig(
-            suite="cpu-50x4", backend="simulated", out=MODEL_RUN, seed=0, **fitting
-        )
-    if args.rerender:  # no training: the run's own model
-        model = resolve_model(args.model or str(Path(config.out) / "model.pt"))
-        note = ""
-    else:
-        model, note = given_or_trained(args.model, config, say)
-    torch.manual_seed(config.seed)
-    untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
-    shipped = shipped_model()
-    rows = ablation_rows(model, untrained.eval(), shipped)
-    if args.backend == "fbgemm":
-        kernels(args, rows, {"trained": model, "shipped": shipped}, note)
-        return
-    groups = {}
-    for suite in args.suites.split(","):
-        groups[suite] = make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks
-    groups["out of distribution"] = ood_tasks(seeds=range(args.ood_seeds))
-    judge = SimulatedBackend()
-    results = {}
-    with one_thread():
-        for name, tasks in groups.items():
-            results[name] = run_ablation(tasks, rows, lambda t, p: judge.measure(t, p).overall, say)
-    write_report(args.out or RESULTS, report(results, note), {"model": note, "groups": results})
+        path = Path(args.model or Path(config.out) / "model.pt")
+        path = path / "model.pt" if path.is_dir() else path
+        resumed = Progress(self.name, settings_of(self, args, commit()), True).path.is_file()
+        if not args.model and not args.quick and resumed and path.is_file():
+            say(f"resuming: the model this run trained, {path}")
+            trained = resolve_model(str(path))
+        else:
+            trained, _ = given_or_trained(args.model, config, say)
+        torch.manual_seed(config.seed)
+        untrained = PlacementPolicy(table_aware=config.table_aware, lookahead=config.lookahead)
+        shipped, provenance = studied_model("shipped")
+        self.networks = dict(zip(NETWORKS, (trained, shipped)))
+        self.rows = ablation_rows(trained, untrained.eval(), shipped)
+        self.models = {"trained": model_provenance(path, train_command(trained))}
+        self.models["shipped"] = provenance
 
-
-def recorded_note(note: str, model) -> str:
-    """The run's sentence on its model, its settings re-told from what the model file records
-    (train's settings as fitted: the loss `auto` resolved) where the run trained it."""
-    head, _, tail = note.rpartition("; ")
-    recorded = model.metadata.get("config")
-    if not head.startswith(TRAINED_BY_RUN) or not isinstance(recorded, dict):
-        return note
-    known = {f.name for f in fields(TrainConfig)}
-    values = {k: v for k, v in recorded.items() if k in known}
-    values["warm_start_devices"] = tuple(values.get("warm_start_devices", ()))
-    return f"{TRAINED_BY_RUN}{training_note(TrainConfig(**values))}; {tail}"
-
-
-def kernels(args: argparse.Namespace, rows: dict, models: dict, note: str) -> None:
-    """The real-kernel half: measure every row's plans in interleaved rounds and report, or
-    (`--rerender`) report again from the run's stored evaluation."""
-    out = Path(args.out or RESULTS_FBGEMM)
-    if args.rerender:
-        stored = out.with_suffix(".json")
-        if not stored.is_file():
-            raise SystemExit(f"ablation: error: no run to re-render: {stored} does not exist")
-        data = json.loads(stored.read_text())
-        command = data["command"].removeprefix("benchmarks/ablation.py").strip()
-        note = recorded_note(data["model"], models["trained"])
-        note += "; this report re-rendered from its .json (`--rerender`)"
-        write_report(out, measured_report(Evaluation.from_dict(data), note, models, command))
-        return
-    backend = make_backend("fbgemm")
-    tasks = ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
-    with one_thread():
-        evaluation = evaluate(tasks, measured_rows(rows), backend, rounds=args.rounds)
-    command = " ".join(sys.argv[1:])
-    write_evaluation(evaluation, out, {"model": note, "command": command})
-    write_report(out, measured_report(evaluation, note, models, command))
-
-
-def measured_report(evaluation: Evaluation, note: str, models: dict, command: str) -> str:
-    """The real-kernel half: each row's paired ratio to the per-task best heuristic, and how
-    well each model's cost network ranks the placements measured."""
-    rounds, tasks = evaluation.costs.shape[:2]
-    plan_ms = dict(zip(measured_ratios(evaluation), evaluation.plan_seconds.mean(axis=0) * 1000))
-    table = [
-        (name, f"{ratio:.3f} [{low:.3f}, {high:.3f}]", f"{np.nanmax(per_task):.3f}", f"{ms:.0f}")
-        for (name, (ratio, low, high, _)), per_task, ms in zip(
-            measured_ratios(evaluation).items(),
-            evaluation.ratios("per_task_best_heuristic").T,
-            plan_ms.values(),
-        )
-    ]
-    return "\n".join(
-        [
-            "# What each part of the default planner buys (real kernels)",
-            "",
-            f"Command: `.venv/bin/python benchmarks/ablation.py {command}`",
-            "",
-            f"{host_note()}. Costs: {evaluation.costs_made}. Whole tables.",
-            f"Tasks, fixed before the run: {tasks} out-of-distribution tasks at cpu scale "
-            '(`evaluation/ood_families.py`, `ood_tasks(scale="cpu")`): '
-            + ", ".join(t.name for t in evaluation.tasks)
-            + f". {rounds} interleaved rounds; every distinct placement measured once a round. "
-            f"Model: {note}.",
-            "Ratio: a row's cost over the per-task best heuristic's (the heuristic with the "
-            "lowest mean over the rounds), paired within rounds; geometric mean over rounds and "
-            "tasks [bootstrap 95% interval, tasks and rounds resampled]; worst task; planning "
-            "time per task. Lower is better.",
-            "",
-            fenced_table("row | vs per-task best heuristic | worst task | plan ms", table),
-            "",
-            f"Target (issue 28, real kernels): the default planner at most {TARGET_KERNELS[0]} "
-            f"with the interval's upper end at most {TARGET_KERNELS[1]}: "
-            + "; ".join(
-                f"{name} {r:.3f} [{lo:.3f}, {hi:.3f}] "
-                + ("met" if r <= TARGET_KERNELS[0] and hi <= TARGET_KERNELS[1] else "not met")
-                for name, (r, lo, hi, _) in measured_ratios(evaluation).items()
-                if name.startswith("default planner")
-            )
-            + ".",
-            "",
-            "The cost networks on these measurements: the Spearman correlation, within a task, "
-            "of a network's predicted overall with the measured mean over its distinct "
-            "placements, mean over tasks: "
-            + "; ".join(
-                f"{name} {np.nanmean(measured_spearman(evaluation, m)):.3f}"
-                for name, m in models.items()
-            )
-            + ".",
+    def tasks(self, args: argparse.Namespace):
+        if args.backend == "fbgemm":
+            return ood_tasks(seeds=range(args.ood_seeds), scale="cpu")
+        suites = [
+            task
+            for suite in args.suites.split(",")
+            for task in make_suite(parse_suite_name(suite, 1, args.tasks)).test_tasks
         ]
-    )
+        return suites + ood_tasks(seeds=range(args.ood_seeds))
 
+    def arms(self, args: argparse.Namespace) -> list[Arm]:
+        return [Arm(name, planner) for name, planner in self.rows.items()]
 
-def report(results: dict, note: str) -> str:
-    names = list(next(iter(results.values()))["costs"][0])
-    table = []
-    for name in names:
-        cells = [interval_cell(ratios(r["costs"])[name]) for r in results.values()]
-        every = [x for r in results.values() for x in ratios(r["costs"])[name]]
-        table.append((name, *cells, interval_cell(every)))
-    columns = " | ".join(["row", *results, "all"])
-    return "\n".join(
-        [
-            "# What each part of the default planner buys (exact costs)",
-            "",
-            f"Command: `.venv/bin/python benchmarks/ablation.py {' '.join(sys.argv[1:])}`",
-            "",
-            f"{host_note()}. Judge: the calibrated simulated backend (exact, one round; exchange "
-            "modeled, cpu-gloo), fp16, whole tables. Tasks per column: "
-            + ", ".join(f"{k} {len(r['tasks'])}" for k, r in results.items())
-            + f". Model: {note}.",
-            "Cells: cost / the per-task best heuristic's, geometric mean [bootstrap 95% interval "
-            "over tasks]; lower is better.",
-            "",
-            fenced_table(columns, table),
+    def judges(self, args: argparse.Namespace) -> list[Judge]:
+        if args.backend == "fbgemm":
+            kernels = make_backend("fbgemm")
+            return [Judge("fbgemm", lambda t, p: kernels.measure(t, p).overall, rounds=args.rounds)]
+        exact = SimulatedBackend()
+        return [Judge("simulated", lambda t, p: exact.measure(t, p).overall)]
+
+    def task_extra(self, task, plans: dict) -> dict:
+        return {"distinct": distinct_plans(task, plans, self.networks)}
+
+    def figures(self, rows: list[dict]) -> dict[str, Figure]:
+        judge, out = judge_of(rows), {}
+        for arm in rows[0]["plans"] if rows else []:
+            for group in ["all", *groups_of(rows)]:
+                chosen = [r for r in rows if group in ("all", group_of(r["task"]))]
+                out[ratio_name(arm, group)] = ratio_figure(chosen, arm, REFERENCE, judge)
+            whole = out[ratio_name(arm, "all")]
+            alone = Figure(whole.value, whole.value, whole.value, whole.tasks)
+            out[f"{arm} vs best heuristic, geometric mean alone"] = alone
+            out[f"{arm}: worst task"] = worst_figure(rows, arm, REFERENCE, judge)
+            seconds = [r["plans"][arm].get("seconds") for r in rows]
+            out[f"{arm}: plan seconds"] = mean_figure(seconds)
+        for model in NETWORKS:
+            out[f"{model} cost network: within-task Spearman"] = mean_figure(
+                [within_task_spearman(r, model, judge) for r in rows]
+            )
+        return out
+
+    def details(self, rows: list[dict], figures: dict[str, Figure]) -> str:
+        groups = groups_of(rows)
+        columns = (groups if len(groups) > 1 else []) + ["all"]
+        table = []
+        for arm in rows[0]["plans"] if rows else []:
+            cells = [short(figures[ratio_name(arm, group)]) for group in columns]
+            worst = figures[f"{arm}: worst task"].value
+            plan_ms = figures[f"{arm}: plan seconds"].value * 1000
+            table.append([arm, *cells, f"{worst:.3f}", f"{plan_ms:.0f}"])
+        declined = [
+            f"{arm} on {row['task']}"
+            for row in rows
+            for arm, plan in row["plans"].items()
+            if "declined" in plan
         ]
-    )
+        counts = ", ".join(f"{g} {sum(group_of(r['task']) == g for r in rows)}" for g in groups)
+        spearmans = "; ".join(
+            f"{model} {figures[f'{model} cost network: within-task Spearman'].cell()}"
+            for model in NETWORKS
+        )
+        return "\n".join(
+            [
+                "## Each arm over the per-task best heuristic",
+                "",
+                f"Tasks: {counts}: " + ", ".join(r["task"] for r in rows) + ".",
+                "",
+                "```",
+                format_table(["arm", *columns, "worst task", "plan ms"], table),
+                "```",
+                "",
+                "The cost networks on these plans: the Spearman correlation, within a task, of a "
+                "network's predicted overall with the judged cost (the mean over the rounds) "
+                f"over its distinct plans, mean over tasks: {spearmans}.",
+                f"Plans declined: {'; '.join(declined) if declined else 'none'}.",
+            ]
+        )
 
 
-if __name__ == "__main__":
-    run_script(main)
+def ratio_name(arm: str, group: str) -> str:
+    return f"{arm} vs best heuristic" + ("" if group == "all" else f", {group}")
+
+
+def short(figure: Figure) -> str:
+    if np.isnan(figure.value):
+        return "-"
+    return f"{figure.value:.3f} [{figure.low:.3f}, {figure.high:.3f}]"
+
+
+def group_of(task_name: str) -> str:
+    """A task's column: its suite ("cpu-50x4/test/0"), else the families."""
+    head, _, rest = task_name.partition("/")
+    return head if rest.startswith("test/") else OOD
+
+
+def groups_of(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(group_of(r["task"]) for r in rows))
+
+
+def judge_of(rows: list[dict]) -> str:
+    """The judge the rows were judged by (one a run)."""
+    for row in rows:
+        for plan in row["plans"].values():
+            if plan["costs"]:
+                return next(iter(plan["costs"]))
+    return "simulated"
+
+
+STUDY = AblationStudy("simulated")
+FBGEMM = AblationStudy("fbgemm")

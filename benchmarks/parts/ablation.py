@@ -21,8 +21,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from dreamshard.evaluation.results import Evaluation
-from dreamshard.evaluation.rounds import bootstrap_paired, spearman
+from dreamshard.evaluation.rounds import spearman
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.learn.policy import fast_rollout
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
@@ -89,57 +88,33 @@ def ablation_rows(
     return rows
 
 
-def run_ablation(tasks: list[PlacementTask], rows: dict[str, Callable], judge, log=print) -> dict:
-    """[task][row] exact costs, and per row the ratios to the per-task best heuristic."""
-    costs = []
-    for task in tasks:
-        costs.append({name: float(judge(task, planner(task))) for name, planner in rows.items()})
-        best = min(costs[-1][f"heuristic {k}"] for k in HEURISTIC_KEYS)
-        log(
-            f"{task.name}: "
-            + ", ".join(f"{n} {c / best:.3f}" for n, c in costs[-1].items() if "heuristic" not in n)
-        )
-    return {"tasks": [t.name for t in tasks], "costs": costs}
+def distinct_plans(task: PlacementTask, plans: dict[str, Placement], models: dict) -> dict:
+    """A task's distinct plans: the arms that made each (`arms`) and, per model, its cost
+    network's predicted overall of each (ms), for the networks' within-task Spearman."""
+    groups: dict[tuple, list[str]] = {}
+    for arm, placement in plans.items():
+        groups.setdefault((placement.devices, placement.splits), []).append(arm)
+    out: dict = {"arms": list(groups.values())}
+    with torch.no_grad():
+        for name, model in models.items():
+            out[name] = [
+                round(float(model.costnet.predict_ms(task, plans[arms[0]])[1]), 5)
+                for arms in out["arms"]
+            ]
+    return out
 
 
-def ratios(costs: list[dict]) -> dict[str, np.ndarray]:
-    """Per row, each task's cost over that task's best heuristic."""
-    best = np.array([min(c[f"heuristic {k}"] for k in HEURISTIC_KEYS) for c in costs])
-    return {name: np.array([c[name] for c in costs]) / best for name in costs[0]}
-
-
-def measured_rows(rows: dict[str, Callable]) -> dict[str, Callable]:
-    """The rows as `evaluation.evaluate` planners `(task, seed) -> Placement`, the heuristics
-    under their registry names (so that `Evaluation` knows them as the reference)."""
-    return {
-        name.removeprefix("heuristic "): (lambda task, _seed, planner=planner: planner(task))
-        for name, planner in rows.items()
-    }
-
-
-def measured_ratios(evaluation: Evaluation) -> dict[str, tuple[float, float, float, int]]:
-    """Per row (heuristics named "heuristic KEY" again): its paired ratio to the per-task best
-    heuristic over rounds and tasks, the bootstrap 95% interval (tasks and rounds resampled)
-    and the task count (`rounds.bootstrap_paired`)."""
-    heuristics = set(evaluation.heuristics)
-    return {
-        (f"heuristic {name}" if name in heuristics else name): bootstrap_paired(
-            evaluation.log_ratios(name, "per_task_best_heuristic")
-        )
-        for name in evaluation.planners
-    }
-
-
-def measured_spearman(evaluation: Evaluation, model: DreamShardModel) -> np.ndarray:
-    """Per task, the Spearman correlation of the model's predicted overall with the measured
-    mean over the rounds, over the task's distinct placements (NaN below three)."""
-    found = []
-    for t, task in enumerate(evaluation.tasks):
-        distinct = {}
-        for j, placement in enumerate(evaluation.placements[t]):
-            if placement is not None:
-                distinct.setdefault((placement.devices, placement.splits), (j, placement))
-        measured = [float(evaluation.costs[:, t, j].mean()) for j, _ in distinct.values()]
-        predicted = [model.costnet.predict_ms(task, p)[1] for _, p in distinct.values()]
-        found.append(spearman(predicted, measured) if len(distinct) >= 3 else float("nan"))
-    return np.array(found)
+def within_task_spearman(row: dict, model: str, judge: str) -> float:
+    """The Spearman correlation, over one task's distinct plans, of `model`'s predicted overall
+    with the judge's cost (the mean over the rounds and the arms that made it); NaN below
+    three plans or when some plan was not judged."""
+    found = row.get("distinct")
+    if not found or model not in found:
+        return float("nan")
+    judged = []
+    for arms in found["arms"]:
+        each = [c for arm in arms for c in row["plans"][arm]["costs"].get(judge) or [None]]
+        judged.append(float("nan") if None in each else float(np.mean(each)))
+    if np.isnan(judged).any():
+        return float("nan")
+    return spearman(found[model], judged)
