@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,16 +54,13 @@ ARMS = (
 LIMITS = {"dlrm-856x128": (1.0, 0.2), "dlrm-10000x1024": (10.0, 2.0)}
 MEMORY_MB = 1024
 TARGETS = tuple(
-    target
-    for task, (ours, heuristic) in LIMITS.items()
-    for target in (
-        Target(f"{task}: {OURS} median s", at_most=ours),
-        Target(f"{task}: {OURS} peak MB", at_most=MEMORY_MB),
-        Target(f"{task}: slowest heuristic median s", at_most=heuristic),
-        Target(f"{task}: slowest heuristic peak MB", at_most=MEMORY_MB),
-    )
+    Target(f"{task}: {arm} {what}", at_most=MEMORY_MB if what == "peak MB" else limit)
+    for task, limits in LIMITS.items()
+    for arm, limit in zip((OURS, "slowest heuristic"), limits)
+    for what in ("median s", "peak MB")
 )
 NAN = float("nan")
+SECONDS, SCALE = (120.0, 30.0), (1.0, 0.25)  # (a run, --quick) unless given
 
 
 def dlrm_task(name: str, tables: int, devices: int, cap_bytes: int) -> PlacementTask:
@@ -145,20 +143,17 @@ class SpeedStudy(Study):
         model_option(parser)
         parser.add_argument("--repeats", type=positive(int), default=3, help="timed plans")
         parser.add_argument(
-            "--seconds", type=float, default=120.0, help="the most one arm's process may take"
+            "--seconds", type=float, help=f"the most an arm's process may take ({SECONDS})"
         )
-        parser.add_argument("--tables-scale", type=float, default=1.0, help="x tables, devices")
+        parser.add_argument("--tables-scale", type=float, help=f"x tables, devices ({SCALE})")
 
     def prepare(self, args: argparse.Namespace) -> None:
+        quick = int(getattr(args, "quick", False))  # --quick: smaller tasks, a shorter limit
+        args.seconds = args.seconds or SECONDS[quick]
+        args.tables_scale = args.tables_scale or SCALE[quick]
         self.models = {"dreamshard": studied_model(args.model)[1]}  # the child loads it
         self.backend = SimulatedBackend()
-        self.about = (
-            f"Each arm in a process of its own (torch on one thread): the median of "
-            f"{args.repeats} in-process plans after one untimed plan, and the process's peak "
-            f"resident memory; {args.seconds:g} s a process at most. TorchRec has no time limit "
-            "of its own. Ratio: the plan's simulated cost over the task's best heuristic's. "
-            "Targets: the issue's, on the two speed tasks (README, `placement/budget.py`)."
-        )
+        self.settings = {"repeats": args.repeats, "limit_s": args.seconds}
 
     def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
         return speed_tasks(args.tables_scale)
@@ -174,8 +169,9 @@ class SpeedStudy(Study):
         return [Judge(JUDGE, lambda t, p: float(self.backend.overall_many(t, [p])[0]))]
 
     def task_extra(self, task: PlacementTask, plans: dict) -> dict:
-        gib = task.memory_cap_bytes / 2**30
-        return {"tables": len(task.tables), "devices": task.num_devices, "gib": gib}
+        gib, load = task.memory_cap_bytes / 2**30, os.getloadavg()[0]
+        sizes = {"tables": len(task.tables), "devices": task.num_devices, "gib": gib}
+        return sizes | self.settings | {"load": load, "cores": os.cpu_count()}
 
     def figures(self, rows: list[dict]) -> dict[str, Figure]:
         out = {}
@@ -217,6 +213,9 @@ class SpeedStudy(Study):
                 f"## {task}: {row['tables']} tables on {row['devices']} devices of "
                 f"{row['gib']:g} GiB (default budget {default_time_budget(row['tables']):g} s)",
                 "",
+                f"{row['repeats']} timed plans after one untimed, {row['limit_s']:g} s a process "
+                f"at most; load average {row['load']:.1f} on {row['cores']} cores after it.",
+                "",
                 "```",
                 format_table(headers, table),
                 "```",
@@ -232,7 +231,15 @@ class SpeedStudy(Study):
 
 
 STUDY = SpeedStudy(
-    "speed", "Planning speed at scale: time and peak memory beside TorchRec's planner", TARGETS
+    "speed",
+    "Planning speed at scale: time and peak memory beside TorchRec's planner",
+    TARGETS,
+    about="Each arm in a process of its own (torch on one thread), as `dreamshard place` runs: "
+    "the median of its in-process plans after one untimed plan, and the process's peak resident "
+    "memory (VmHWM). TorchRec has no time limit of its own, only the process's. Ratio: the "
+    "plan's simulated cost over the task's best heuristic's. Targets: the issue's, on the two "
+    "speed tasks (README, `placement/budget.py`); a scaled run (`--tables-scale`, and `--quick` "
+    "at 0.25) has other tasks and meets none.",
 )
 
 if __name__ == "__main__":
