@@ -138,27 +138,53 @@ def plan_tasks(study: Study, tasks, arms, exact, progress: Progress) -> None:
 
 def measure_rounds(tasks, measured: list[Judge], rounds: int, progress: Progress) -> None:
     """Every plan of every task measured once a round by each measured judge, in a fresh
-    random order each round (seeded by the round)."""
+    random order each round (seeded by the round): plan by plan, or task by task for a judge
+    that measures a task's plans at once (`Judge.per_task`)."""
+    plans = progress.state["plans"]
     items = [
-        (task, arm, placement)
-        for task in tasks
-        for arm, placement in progress.state["plans"][task.name].items()
+        (task, arm, placement) for task in tasks for arm, placement in plans[task.name].items()
     ]
     for r in range(progress.state["rounds"], rounds):
-        start = time.monotonic()
-        for i in np.random.default_rng(r).permutation(len(items)):
+        start, rng = time.monotonic(), np.random.default_rng(r)
+        for i in rng.permutation(len(items)):
             task, arm, placement = items[i]
-            plan = progress.state["rows"][task.name]["plans"][arm]
-            for judge in measured:
-                try:
-                    cost = float(judge.cost(task, placement))
-                except DreamshardError as exc:
-                    cost = None
-                    plan.setdefault("judge_declined", {})[judge.name] = first_line(exc)
-                plan["costs"].setdefault(judge.name, []).append(cost)
+            record = progress.state["rows"][task.name]["plans"][arm]
+            for judge in (j for j in measured if j.per_task is None):
+                measure_plan(record, judge, task, placement)
+        for t in rng.permutation(len(tasks)):
+            task = tasks[t]
+            for judge in (j for j in measured if j.per_task is not None):
+                measure_task(progress.state["rows"][task.name], judge, task, plans[task.name])
         progress.state["rounds"] = r + 1
         progress.save()
         say(f"round {r + 1}/{rounds}: {len(items)} plans in {time.monotonic() - start:.0f} s")
+
+
+def measure_plan(record: dict, judge: Judge, task, placement) -> None:
+    """One round of a plan-by-plan judge: its cost appended to the plan's record, or None
+    with the reason when the judge declines."""
+    try:
+        cost = float(judge.cost(task, placement))
+    except DreamshardError as exc:
+        cost = None
+        record.setdefault("judge_declined", {})[judge.name] = first_line(exc)
+    record["costs"].setdefault(judge.name, []).append(cost)
+
+
+def measure_task(row: dict, judge: Judge, task, plans: dict) -> None:
+    """One round of a per-task judge: all the task's plans in one measurement."""
+    try:
+        found = judge.per_task(task, plans)
+    except DreamshardError as exc:
+        found = {arm: None for arm in plans}
+        reason = first_line(exc)
+    for arm in plans:
+        record = row["plans"][arm]
+        if found[arm] is None:
+            record.setdefault("judge_declined", {})[judge.name] = reason
+        for name in judge.names():
+            value = None if found[arm] is None else float(found[arm][name])
+            record["costs"].setdefault(name, []).append(value)
 
 
 def settings_of(study: Study, args: argparse.Namespace, at: str) -> dict:
@@ -198,7 +224,7 @@ def run(study: Study, args: argparse.Namespace, argv: list[str]) -> int:
         "minutes": (time.monotonic() - started) / 60,
         **host(),
         "tasks": len(tasks),
-        "judges": {j.name: (rounds if j.rounds > 1 else 1) for j in judges},
+        "judges": {n: (rounds if j.rounds > 1 else 1) for j in judges for n in j.names()},
         "models": study.models,
     }
     report, found = render(study, meta, rows)

@@ -45,11 +45,21 @@ class Judge:
     once, as soon as the task is planned); more is a measured judge (every plan of every task
     measured once a round, in a fresh random order, the rounds after all planning). A
     `DreamshardError` from `cost` is the judge declining that plan. One judge under many
-    settings (hardware corners) is one `Judge` per setting."""
+    settings (hardware corners) is one `Judge` per setting.
+
+    A measured judge may instead measure all of a task's plans at once a round, `per_task(task,
+    {arm: placement}) -> {arm: {name: ms}}` (one launch of a distributed job, its plans taking
+    turns inside it), tasks in a fresh random order each round; one measurement may fill
+    several figures, the names in `fills` (default the judge's own)."""
 
     name: str
-    cost: Callable[[PlacementTask, Placement], float]
+    cost: Callable[[PlacementTask, Placement], float] | None = None
     rounds: int = 1
+    per_task: Callable[[PlacementTask, dict[str, Placement]], dict[str, dict]] | None = None
+    fills: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return self.fills or (self.name,)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ estimators for the device kind the step trains on, every sharding type and kerne
 cap, the pooling factors and the per-rank batch, its reservation off as for every arm; its plan
 read back as ours); the heuristics, whole tables. Judges: the `dmp` backend, each plan trained
 under DistributedModelParallel (gloo on CPUs, NCCL on GPUs, a rank per device) for `--warmup`
-then `--steps` timed steps, one torchrun launch per plan and round, in `--rounds` interleaved
-rounds: `dmp` is the slowest rank's median step by the wall clock, `dmp cpu` the slowest rank's
-CPU time in it (the same launch); and the in-process `fbgemm` proxy (kernels measured, the
-all-to-all modeled), exact, whose rank correlation with DMP the report gives.
+then `--steps` timed steps, one torchrun launch a task and round (its plans taking turns), in
+`--rounds` interleaved rounds: `dmp` is the slowest rank's median step by the wall clock,
+`dmp cpu` the slowest rank's CPU time in it (the same launch); and the in-process `fbgemm`
+proxy (kernels measured, the all-to-all modeled), exact, whose rank correlation with DMP the
+report gives.
 """
 
 from __future__ import annotations
@@ -23,17 +24,14 @@ from importlib.metadata import version
 
 import numpy as np
 
-from benchmarks.parts.models import train_command
 from benchmarks.parts.torchrec_defaults import DEFAULTS, torchrec_defaults
-from benchmarks.record import model_provenance
+from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, costs, mean_figure, ratio_figure
 from dreamshard.cli.args import positive
 from dreamshard.costs.backends import make_backend
 from dreamshard.evaluation.rounds import median_cv, spearman
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.integrations.torchrec_planner import torchrec_column_place, torchrec_place
-from dreamshard.learn.model_file import resolve_model
-from dreamshard.learn.shipped import SHIPPED_DIR, shipped_manifest
 from dreamshard.placement.registry import named_planner, place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import PlacementTask
@@ -54,7 +52,7 @@ GOALS = (
 
 class TorchRecStudy(Study):
     def options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--model", default="shipped", help="shipped (default) or a model file")
+        model_option(parser)
         parser.add_argument("--suites", default="cpu-24x2,cpu-48x2,cpu-80x2", help="suites")
         parser.add_argument("--tasks", type=positive(int), default=4, help="held-out tasks a suite")
         parser.add_argument("--rounds", type=positive(int), default=6, help="interleaved rounds")
@@ -62,22 +60,16 @@ class TorchRecStudy(Study):
         parser.add_argument("--warmup", type=int, default=5, help="warm-up steps a turn")
 
     def prepare(self, args: argparse.Namespace) -> None:
-        self.model = resolve_model(args.model)
-        if args.model == "shipped":
-            path, command = SHIPPED_DIR / "model.pt", shipped_manifest().get("command", "")
-        else:
-            path, command = args.model, train_command(self.model)
-        self.models = {"dreamshard": model_provenance(path, command)}
+        self.model, provenance = studied_model(args.model)
+        self.models = {"dreamshard": provenance}
         self.backend = DmpBackend(StepConfig(warmup=args.warmup, steps=args.steps))
         self.device = self.backend.device_kind()
         self.proxy = make_backend("fbgemm")
-        self.last: tuple = (None, None)  # the last launch: (its plan's key, its DmpRun)
         self.about = (
             f"TorchRec {version('torchrec')}. Each plan trained on {self.device} for "
-            f"{args.warmup} warm-up and {args.steps} timed steps a launch, one launch per plan "
-            "and round, the plans of all tasks in a fresh order each round. Ratios: paired "
-            "within rounds, geometric mean over rounds then tasks [bootstrap 95% interval over "
-            "tasks and rounds], over the tasks both planned. "
+            f"{args.warmup} warm-up and {args.steps} timed steps a turn, a launch a task and "
+            "round. Ratios: paired within rounds, geometric mean over rounds then tasks "
+            "[bootstrap 95% interval over tasks and rounds], over the tasks both planned. "
             f"`{OURS}` against `{DEFAULTS}` is what a user gets against what TorchRec gives them."
         )
 
@@ -99,18 +91,22 @@ class TorchRecStudy(Study):
             *[Arm(key, lambda t, key=key: place(t, key, split="none")) for key in HEURISTICS],
         ]
 
-    def step(self, task: PlacementTask, placement, clock: str) -> float:
-        """The slowest rank's median step by `clock`; `dmp cpu` reads the launch `dmp` just
-        made of the same plan (the runner asks each plan's judges in turn)."""
-        key = (task.name, placement.devices, placement.splits)
-        if clock == "wall" or self.last[0] != key:
-            self.last = (key, self.backend.measure_plans(task, [placement], rounds=1))
-        return float(self.last[1].overall(clock)[0, 0])
+    def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
+        """One launch a task and round: its distinct plans trained in turn (one torchrun), each
+        plan's slowest rank's median step by the wall clock and by CPU time."""
+        distinct = {(p.devices, p.splits): p for p in plans.values()}
+        keys = list(distinct)
+        run = self.backend.measure_plans(task, list(distinct.values()), rounds=1)
+        wall, cpu = run.overall("wall")[0], run.overall("cpu")[0]
+        return {
+            arm: {DMP: float(wall[i]), DMP_CPU: float(cpu[i])}
+            for arm, p in plans.items()
+            for i in [keys.index((p.devices, p.splits))]
+        }
 
     def judges(self, args: argparse.Namespace) -> list[Judge]:
         return [
-            Judge(DMP, lambda t, p: self.step(t, p, "wall"), rounds=args.rounds),
-            Judge(DMP_CPU, lambda t, p: self.step(t, p, "cpu"), rounds=args.rounds),
+            Judge(DMP, rounds=args.rounds, per_task=self.steps, fills=(DMP, DMP_CPU)),
             Judge(PROXY, lambda t, p: self.proxy.measure(t, p).overall),
         ]
 

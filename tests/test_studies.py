@@ -81,9 +81,17 @@ class ToyStudy(Study):
     def judges(self, args):
         backend, rng = SimulatedBackend(), np.random.default_rng(0)
         exact = lambda t, p: backend.measure(t, p).overall  # noqa: E731
+
+        def both(task, plans):  # a task's plans in one measurement, two figures of each
+            return {
+                arm: {"pair": exact(task, p), "pair cpu": 0.5 * exact(task, p)}
+                for arm, p in plans.items()
+            }
+
         return [
             Judge("exact", exact),
             Judge("measured", lambda t, p: exact(t, p) * rng.uniform(0.95, 1.05), rounds=3),
+            Judge("pair", rounds=3, per_task=both, fills=("pair", "pair cpu")),
         ]
 
     def figures(self, rows):
@@ -103,12 +111,15 @@ def test_a_run_plans_judges_measures_in_rounds_and_writes_its_rows(tmp_path, mon
     toy = ToyStudy("toy", "A toy study", (Target("exact", at_most=0.99), Target("worst", 1.0)))
     assert run(toy, toy_args(tmp_path), ["--no-mlflow"]) == 0
     meta, rows = read_rows(rows_path("toy", tmp_path / "results"))
-    assert meta["tasks"] == len(rows) == 3 and meta["judges"] == {"exact": 1, "measured": 3}
+    assert meta["tasks"] == len(rows) == 3
+    assert meta["judges"] == {"exact": 1, "measured": 3, "pair": 3, "pair cpu": 3}
     for row in rows:
         for plan in row["plans"].values():
             assert len(plan["costs"]["exact"]) == 1 and len(plan["costs"]["measured"]) == 3
             exact, measured = plan["costs"]["exact"][0], np.array(plan["costs"]["measured"])
             assert np.all(np.abs(measured / exact - 1) <= 0.05)  # the noise, never a copy
+            assert plan["costs"]["pair"] == [exact] * 3  # a task's plans measured at once
+            assert plan["costs"]["pair cpu"] == [0.5 * exact] * 3
     figures = toy.figures(rows)
     ratios = [
         r["plans"]["size_lookup"]["costs"]["exact"][0] / r["plans"]["dim"]["costs"]["exact"][0]

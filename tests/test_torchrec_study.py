@@ -41,26 +41,32 @@ def test_every_arm_plans_a_held_out_task_and_torchrecs_defaults_read_back_as_our
     assert all(plans[arm] == plans[first] for arm, first in same.items())
 
 
-def test_both_clocks_of_a_plan_come_from_one_launch():
+def test_a_tasks_plans_take_one_launch_a_round_for_both_clocks():
     class Run:
+        def __init__(self, count):
+            self.count = count
+
         def overall(self, clock):
-            return np.array([[10.0 if clock == "wall" else 7.0]])
+            wall = np.arange(1.0, self.count + 1) * 10
+            return (wall if clock == "wall" else wall * 0.7)[None, :]
 
     launches = []
 
     class Backend:
         def measure_plans(self, task, plans, rounds):
-            launches.append(plans)
-            return Run()
+            launches.append((len(plans), rounds))
+            return Run(len(plans))
 
     task = make_suite(parse_suite_name("cpu-24x2", 1, 1)).test_tasks[0]
-    STUDY.backend, STUDY.last = Backend(), (None, None)
-    dmp, cpu = STUDY.judges(study_args(rounds=3))[:2]
-    assert dmp.rounds == cpu.rounds == 3
-    for key in ("dim", "size"):
-        placement = place(task, key, split="none")
-        assert (dmp.cost(task, placement), cpu.cost(task, placement)) == (10.0, 7.0)
-    assert len(launches) == 2
+    STUDY.backend = Backend()
+    dmp = STUDY.judges(study_args(rounds=3))[0]
+    assert dmp.rounds == 3 and dmp.names() == (DMP, DMP_CPU)
+    plans = {key: place(task, key, split="none") for key in ("dim", "size")}
+    plans["again"] = plans["dim"]  # the same placement as dim's: trained once
+    found = dmp.per_task(task, plans)
+    assert launches == [(2, 1)]  # one launch, the distinct plans, one round
+    assert found["dim"] == found["again"] == {DMP: 10.0, DMP_CPU: 7.0}
+    assert found["size"] == {DMP: 20.0, DMP_CPU: 14.0}
 
 
 def row(task: str, dmp: dict, proxy: dict, same: dict | None = None) -> dict:
