@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "list":
         for name in STUDIES:
-            print(f"{name:8s} {study_named(name).title}")
+            print(f"{name:16s} {study_named(name).title}")
         return 0
     if command == "run":
         return run_command(rest)
