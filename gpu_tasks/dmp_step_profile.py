@@ -1,4 +1,6 @@
-"""Where a DMP training step's time goes: the program `torchrec_e2e.py --profile` runs.
+"""Where a DMP training step's time goes, under the PyTorch profiler. Nothing launches it now:
+the old torchrec_e2e script's `--profile` step profile that did was retired with that script
+(git history, ea3bb69); it runs by hand under torchrun.
 
     torchrun --nproc_per_node D -m gpu_tasks.dmp_step_profile --job job.json --out result.json
 

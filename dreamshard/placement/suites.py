@@ -239,7 +239,7 @@ def pool_tasks(pool_seeds: list[int], device_counts: list[int]) -> list[Placemen
     return tasks
 
 
-# The planning-speed tasks (`benchmarks/planning_speed.py`): the paper's scale and ten times
+# The planning-speed tasks (the speed study, `benchmarks/speed.py`): the paper's scale and ten times
 # it, as `dreamshard tables generate --profile dlrm --num-tables N --seed 7` writes the tables.
 # (name, tables, devices, GiB per device.)
 SPEED_TASKS = (("dlrm-856x128", 856, 128, 8.0), ("dlrm-10000x1024", 10_000, 1024, 16.0))
