@@ -195,7 +195,7 @@ def plan_table(rows: list[dict]) -> str:
         placed = max(1, len(seconds))
         split = ", ".join(f"{k} {v / placed:.1f}" for k, v in sorted(kinds.items())) or "none"
         declined = sum("declined" in x for x in records)
-        unjudged = sum("torchrec" in x.get("judge_declined", {}) for x in records)
+        unjudged = sum(JUDGES[1] in x.get("judge_declined", {}) for x in records)
         mean = f"{np.mean(seconds):.2f}" if seconds else "-"
         out.append([arm, mean, split, declined, unjudged])
     return format_table(["arm", "seconds", "splits", "declined", "unjudged"], out)
