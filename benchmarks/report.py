@@ -42,8 +42,9 @@ def render(study: Study, meta: dict, rows: list[dict]) -> tuple[str, list[dict]]
         f"Tasks: {meta['tasks']}, fixed by the command. Judges: {judges}.",
         f"Models: {models or 'none'}.",
     ]
-    if study.about:
-        head += ["", study.about]
+    about = meta.get("about", study.about)  # as the run said it: options set the text
+    if about:
+        head += ["", about]
     table = format_table(
         ["target", "wanted", "figure [95%]", "verdict"],
         [(v["figure"], v["wanted"], v["cell"], "met" if v["met"] else "not met") for v in found],

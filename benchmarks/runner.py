@@ -226,6 +226,7 @@ def run(study: Study, args: argparse.Namespace, argv: list[str]) -> int:
         "tasks": len(tasks),
         "judges": {n: (rounds if j.rounds > 1 else 1) for j in judges for n in j.names()},
         "models": study.models,
+        "about": study.about,  # what `prepare` said of this run's options, for a re-render
     }
     report, found = render(study, meta, rows)
     print(report)

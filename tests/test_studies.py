@@ -181,7 +181,8 @@ def test_a_model_without_a_command_or_in_a_temporary_folder_is_refused(tmp_path)
 
 def test_the_ood_study_judges_feasible_tasks_and_records_the_declines(tmp_path, monkeypatch):
     # giants seed 46: tables of up to 11 GiB on 4 devices of 15.7 GiB; no packing of them fits
-    from benchmarks.ood import STUDY
+    from benchmarks.ood import STUDY, OodStudy
+    from benchmarks.report import render
 
     monkeypatch.setenv("DREAMSHARD_HOME", str(tmp_path / "state"))
     tasks = [ood_task("giants", 46), ood_task("correlated", 0)]
@@ -190,15 +191,16 @@ def test_the_ood_study_judges_feasible_tasks_and_records_the_declines(tmp_path, 
         quick=False, out=str(tmp_path), no_mlflow=True, model="shipped", seeds=1, first_seed=0
     )
     run(STUDY, args, [])
-    _, rows = read_rows(rows_path("ood", tmp_path))
+    meta, rows = read_rows(rows_path("ood", tmp_path))
     infeasible, feasible = rows
     assert all("no legal placement" in p["declined"] for p in infeasible["plans"].values())
     assert "device_mape" not in infeasible and 0 <= feasible["device_mape"] < 0.2
     figure = STUDY.figures(rows)["all: dreamshard vs best heuristic"]
     assert figure.tasks == 1 and figure.value <= 1.0
-    assert (
-        "Tasks some arm declined (no whole-table placement): 1" in (tmp_path / "ood.md").read_text()
-    )
+    report = (tmp_path / "ood.md").read_text()
+    assert "Tasks some arm declined (no whole-table placement): 1" in report
+    fresh = OodStudy(STUDY.name, STUDY.title, STUDY.targets)  # never prepared, as `report` has it
+    assert render(fresh, meta, rows)[0] == report  # the report is its rows' alone
 
 
 def test_the_importer_rebuilds_a_runs_mlflow_run_once(tmp_path, monkeypatch):
