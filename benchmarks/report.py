@@ -47,7 +47,12 @@ def render(study: Study, meta: dict, rows: list[dict]) -> tuple[str, list[dict]]
         head += ["", about]
     table = format_table(
         ["target", "wanted", "figure [95%]", "verdict"],
-        [(v["figure"], v["wanted"], v["cell"], "met" if v["met"] else "not met") for v in found],
+        [(v["figure"], v["wanted"], v["cell"], verdict(v)) for v in found],
     )
     body = ["", "## Targets", "", "```", table, "```", "", study.details(rows, figures)]
     return "\n".join(head + body).rstrip() + "\n", found
+
+
+def verdict(found: dict) -> str:
+    """ "met", "not met", or "no figure" where the rows give none (an arm not run, no task)."""
+    return "met" if found["met"] else ("not met" if found["tasks"] else "no figure")
