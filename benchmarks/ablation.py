@@ -26,8 +26,8 @@ import torch
 from benchmarks.parts.ablation import ablation_rows, distinct_plans, within_task_spearman
 from benchmarks.parts.models import given_or_trained, train_command
 from benchmarks.parts.ood_families import ood_tasks
-from benchmarks.record import commit, model_provenance, studied_model
-from benchmarks.runner import Progress, say, settings_of
+from benchmarks.record import model_provenance, studied_model
+from benchmarks.runner import Progress, say
 from benchmarks.study import (
     Arm,
     Figure,
@@ -120,7 +120,7 @@ class AblationStudy(Study):
         )
         path = Path(args.model or Path(config.out) / "model.pt")
         path = path / "model.pt" if path.is_dir() else path
-        resumed = Progress(self.name, settings_of(self, args, commit()), True).path.is_file()
+        resumed = Progress.exists(self, args)
         if not args.model and not args.quick and resumed and path.is_file():
             say(f"resuming: the model this run trained, {path}")
             trained = resolve_model(str(path))

@@ -19,6 +19,7 @@ from benchmarks.parts.ood_accuracy import accuracy, coverage
 from benchmarks.parts.ood_families import FAMILIES, SHAPES, ood_tasks
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import (
+    NO_FIGURE,
     Arm,
     Figure,
     Judge,
@@ -148,7 +149,7 @@ class OodStudy(Study):
 
 def share_figure(found: dict | None, tasks: int) -> Figure:
     if not found:
-        return Figure(float("nan"), float("nan"), float("nan"), 0)
+        return NO_FIGURE
     low, high = found["interval"]
     return Figure(found["share"], low, high, tasks)
 

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from benchmarks.study import Figure, Study
+from benchmarks.study import NO_FIGURE, Figure, Study
 from dreamshard.report import format_table
 
 
 def verdicts(study: Study, figures: dict[str, Figure]) -> list[dict]:
     """Each target's figure (NaN when the rows give none) and whether it is met."""
-    nothing = Figure(float("nan"), float("nan"), float("nan"), 0)
     return [
         {"figure": target.figure, "wanted": target.wanted(), **asdict(figure)}
         | {"met": target.met(figure), "cell": figure.cell()}
         for target in study.targets
-        for figure in [figures.get(target.figure) or nothing]
+        for figure in [figures.get(target.figure) or NO_FIGURE]
     ]
 
 

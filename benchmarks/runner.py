@@ -104,6 +104,12 @@ class Progress:
             self.state = pickle.loads(self.path.read_bytes())
             say(f"resuming {self.path}: {len(self.state['rows'])} tasks planned")
 
+    @staticmethod
+    def exists(study: Study, args: argparse.Namespace) -> bool:
+        """Whether a run of `study` with these options at this commit was stopped part way (a
+        study that makes a model first can then reuse the one that run made)."""
+        return Progress(study.name, settings_of(study, args, commit()), quick=True).path.is_file()
+
     def save(self) -> None:
         if self.quick:
             return

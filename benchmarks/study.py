@@ -80,6 +80,9 @@ class Figure:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.tasks} tasks)"
 
 
+NO_FIGURE = Figure(float("nan"), float("nan"), float("nan"), 0)  # the rows give none
+
+
 @dataclass(frozen=True)
 class Target:
     """A figure's target: met when its interval's upper end is at most `at_most` and its lower
@@ -172,18 +175,23 @@ def best_of(rows: Sequence[dict], arms: Sequence[str], judge: str) -> np.ndarray
     return out
 
 
+def paired_logs(rows: Sequence[dict], arm: str, versus: str | Sequence[str], judge: str):
+    """[round, task] log ratios of `arm` over `versus` (an arm, or the per-task best of
+    several) under `judge`; NaN where either was declined or not judged."""
+    bottom = costs(rows, versus, judge) if isinstance(versus, str) else best_of(rows, versus, judge)
+    return np.log(costs(rows, arm, judge) / bottom)
+
+
 def ratio_figure(rows: Sequence[dict], arm: str, versus: str | Sequence[str], judge: str) -> Figure:
     """`arm` over `versus` (an arm, or the per-task best of several) under `judge`: the
     geometric mean over tasks of the paired ratios (rounds averaged in logs), with a bootstrap
     95% interval over tasks (and, with several rounds, over each task's rounds). Tasks where
     either was declined or not judged are left out (the figure says how many it covers)."""
-    top = costs(rows, arm, judge)
-    bottom = costs(rows, versus, judge) if isinstance(versus, str) else best_of(rows, versus, judge)
-    logs = np.log(top / bottom)
+    logs = paired_logs(rows, arm, versus, judge)
     if logs.shape[0] == 1:
         ratios = np.exp(logs[0][~np.isnan(logs[0])])
         if not ratios.size:
-            return Figure(float("nan"), float("nan"), float("nan"), 0)
+            return NO_FIGURE
         low, high = bootstrap_interval(ratios)
         return Figure(float(np.exp(np.log(ratios).mean())), low, high, int(ratios.size))
     value, low, high, tasks = bootstrap_paired(logs)
@@ -192,14 +200,12 @@ def ratio_figure(rows: Sequence[dict], arm: str, versus: str | Sequence[str], ju
 
 def worst_figure(rows: Sequence[dict], arm: str, versus, judge: str) -> Figure:
     """The largest per-task ratio of `arm` over `versus` (rounds averaged in logs)."""
-    top = costs(rows, arm, judge)
-    bottom = costs(rows, versus, judge) if isinstance(versus, str) else best_of(rows, versus, judge)
     with warnings.catch_warnings():  # a task either declined: all NaN, and no mean
         warnings.simplefilter("ignore", RuntimeWarning)
-        per_task = np.exp(np.nanmean(np.log(top / bottom), axis=0))
+        per_task = np.exp(np.nanmean(paired_logs(rows, arm, versus, judge), axis=0))
     per_task = per_task[~np.isnan(per_task)]
     if not per_task.size:
-        return Figure(float("nan"), float("nan"), float("nan"), 0)
+        return NO_FIGURE
     worst = float(per_task.max())
     return Figure(worst, worst, worst, int(per_task.size))
 
@@ -208,6 +214,6 @@ def mean_figure(values: Sequence[float]) -> Figure:
     """The mean of per-task values (NaNs left out), without an interval."""
     found = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
     if not found.size:
-        return Figure(float("nan"), float("nan"), float("nan"), 0)
+        return NO_FIGURE
     mean = float(found.mean())
     return Figure(mean, mean, mean, int(found.size))
