@@ -37,6 +37,55 @@ def topology_name(text: str) -> str:
     return text
 
 
+HARDWARE_HELP = (
+    "the hardware file to plan or judge for: a shipped one ({names}) or the path of your own "
+    "(docs/hardware.md); default: this host's (the shipped file matching its GPU, a generic "
+    "GPU file when none matches, cpu without a GPU)"
+)
+
+
+def hardware_name(text: str) -> str:
+    """An argparse type: a hardware file's name or path, read and checked here (one line on a
+    bad one); the name or path passes on, so a job can make the backend again."""
+    from dreamshard.costs.hardware import load_hardware
+
+    try:
+        load_hardware(text)
+    except DreamshardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def hardware_option(parser: argparse.ArgumentParser) -> None:
+    from dreamshard.costs.hardware import known_hardware
+
+    parser.add_argument(
+        "--hardware",
+        type=hardware_name,
+        metavar="NAME|FILE",
+        help=HARDWARE_HELP.format(names=", ".join(known_hardware())),
+    )
+
+
+def chosen_hardware(args: argparse.Namespace):
+    """The hardware file a command plans or judges for: `--hardware`, else this host's
+    (`costs.hardware.detect_hardware`), with the line that says which and why."""
+    from dreamshard.costs.hardware import detect_hardware, load_hardware
+
+    if getattr(args, "hardware", None):
+        hardware = load_hardware(args.hardware)
+        return hardware, f"hardware: {hardware.name} (--hardware)"
+    return detect_hardware()
+
+
+def plan_topology(topology: str | None, hardware) -> str | None:
+    """The topology a plan is made on: the one given (it overrides the hardware file's
+    links), else a GPU hardware file's links, else None (the planner's own: cpu-gloo)."""
+    if topology is not None:
+        return topology
+    return hardware.topology_name() if hardware.is_gpu else None
+
+
 def share(text: str) -> float:
     """An argparse type: a fraction strictly between 0 and 1."""
     try:

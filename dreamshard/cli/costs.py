@@ -7,8 +7,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from dreamshard.cli.args import load_table_source, positive, table_source_options, topology_name
-from dreamshard.costs.backends import BACKENDS
+from dreamshard.cli.args import (
+    hardware_option,
+    load_table_source,
+    positive,
+    table_source_options,
+    topology_name,
+)
+from dreamshard.costs.backends import BACKENDS, JUDGES
 from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.costs.types import COST_TERMS, PlacementCost
 from dreamshard.errors import DreamshardError
@@ -16,9 +22,28 @@ from dreamshard.report import format_table
 
 
 def _backend_spec(args: argparse.Namespace):
+    from dreamshard.costs.backends import JUDGES
     from dreamshard.costs.fanout import BackendSpec
 
-    return BackendSpec(args.backend, args.iterations, args.launcher, args.topology, args.rounds)
+    if args.backend in JUDGES:
+        given = [f"--{k}" for k in ("iterations", "rounds", "launcher") if getattr(args, k)]
+        if given:
+            raise DreamshardError(
+                f"the {args.backend} judge times nothing; drop {', '.join(given)}"
+            )
+    hardware = getattr(args, "hardware", None)
+    if hardware is None and args.backend == "simulated":  # this host's (cpu without a GPU)
+        from dreamshard.costs.hardware import detect_hardware
+
+        hardware = detect_hardware()[0].name
+    return BackendSpec(
+        args.backend,
+        args.iterations,
+        args.launcher or "inprocess",
+        args.topology,
+        args.rounds,
+        hardware,
+    )
 
 
 def _backend(args: argparse.Namespace):
@@ -36,7 +61,13 @@ def format_cost(cost: PlacementCost, config: dict) -> str:
         "simulated": "simulated: an analytic model calibrated on real fbgemm measurements, "
         "not a measurement",
         "dmp": f"real TorchRec training steps (DMP) on {where}, the whole step in fwd_comp",
+        "torchrec-estimator": "TorchRec's EmbeddingPerfEstimator, its perf per rank, not a "
+        "measurement",
     }.get(cost.backend, f"measured with fbgemm on {where}")
+    if cost.backend == "simulated" and "hardware" in cost.info:
+        source = "simulated: the GPU kernel roofline, not a measurement"
+    if "hardware" in cost.info:
+        source += f"; hardware {cost.info['hardware']}"
     comm = cost.comm + (f" ({cost.info['topology']} topology)" if cost.comm == "modeled" else "")
     return "\n".join(
         [
@@ -125,13 +156,20 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     print(describe_fit(model, out))
 
 
-def add_backend_options(parser: argparse.ArgumentParser) -> None:
+def add_backend_options(parser: argparse.ArgumentParser, judges: bool = False) -> None:
     parser.add_argument(
         "--backend",
-        choices=BACKENDS,
+        choices=BACKENDS + (JUDGES if judges else ()),
         default="fbgemm",
-        help="fbgemm: real kernels on this host (default); simulated: the "
-        "calibrated analytic model; dmp: real TorchRec training steps (one process per device)",
+        help="fbgemm: real kernels on this host (default); simulated: the analytic model of "
+        "the hardware file (cpu: calibrated on this host's kernels; a GPU file: its roofline); "
+        "dmp: real TorchRec training steps (one process per device)"
+        + (
+            "; torchrec-estimator: each rank's perf as TorchRec's planner computes it, with the "
+            "hardware file's constants (times nothing)"
+            if judges
+            else ""
+        ),
     )
     parser.add_argument(
         "--iterations", type=positive(int), help="timed iterations per device (default 15)"
@@ -145,7 +183,6 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--launcher",
         choices=["inprocess", "torchrun"],
-        default="inprocess",
         help="inprocess: devices timed in turn, communication modeled (default); "
         "torchrun: one process per device, all-to-all measured",
     )
@@ -164,7 +201,8 @@ def add_cost_commands(sub) -> None:
     measure.add_argument("--tables", required=True, help="the table file the plan was made from")
     measure.add_argument("--plan", required=True, help="plan JSON from dreamshard place")
     measure.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_backend_options(measure)
+    add_backend_options(measure, judges=True)
+    hardware_option(measure)
     table_source_options(measure)
     measure.set_defaults(func=cmd_measure)
 

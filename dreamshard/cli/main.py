@@ -15,9 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from dreamshard.cli.args import (
+    chosen_hardware,
     constraint_options,
     constraints_from,
+    hardware_option,
     load_table_source,
+    plan_topology,
     positive,
     table_source_options,
     topology_name,
@@ -101,7 +104,14 @@ def device_rows(task: PlacementTask, placement: Placement) -> list[list[object]]
 
 def cmd_place(args: argparse.Namespace) -> None:
     tables = load_table_source(args)
-    cap = int(args.mem_gb * GIB)
+    hardware, said = chosen_hardware(args)
+    if args.mem_gb is None and not hardware.is_gpu:
+        raise DreamshardError(
+            f"give --mem-gb (memory per device in GiB): the {hardware.name} hardware file "
+            "states no device memory"
+        )
+    mem_gb = args.mem_gb or hardware.value("memory_bytes") / GIB
+    cap = int(mem_gb * GIB)
     task = PlacementTask(
         tuple(tables),
         args.devices,
@@ -112,7 +122,7 @@ def cmd_place(args: argparse.Namespace) -> None:
         constraints_from(args),
     )
     bind(task)  # constraints that cannot hold: one line before any planning
-    topology = args.topology
+    topology = plan_topology(args.topology, hardware)
     if args.hosts is not None:
         if topology is None:
             raise DreamshardError(
@@ -146,6 +156,7 @@ def cmd_place(args: argparse.Namespace) -> None:
             split=args.split,
             time_budget=args.time_budget,
             topology=topology,
+            hardware=hardware,
         )
     elapsed = time.perf_counter() - start
     headers = ["device", "tables", "memory GiB", "of cap"] + [
@@ -154,8 +165,9 @@ def cmd_place(args: argparse.Namespace) -> None:
     took = f"planned in {elapsed * 1000:.1f} ms"
     if refinement is not None:
         took = f"planned and measured in {elapsed:.1f} s"
+    print(said)
     print(
-        f"{args.method}: {len(tables)} tables on {args.devices} devices of {args.mem_gb:g} GiB "
+        f"{args.method}: {len(tables)} tables on {args.devices} devices of {mem_gb:g} GiB "
         f"({args.precision}{'' if args.optimizer == 'sgd' else ', ' + args.optimizer}"
         f"{'' if topology is None else ', topology ' + topology}), {took}"
     )
@@ -177,17 +189,18 @@ def cmd_place(args: argparse.Namespace) -> None:
         "size_lookup = lookup*log10(rows)"
     )
     if args.out:
-        PLAN_WRITERS[args.format](task, placement, args, note, refinement)
+        PLAN_WRITERS[args.format](task, placement, args, note, refinement, hardware)
 
 
-def write_our_plan(task, placement, args, note, refinement) -> None:
+def write_our_plan(task, placement, args, note, refinement, hardware) -> None:
     from dreamshard.placement.plan_file import write_plan
 
-    write_plan(task, placement, args.out, note, refinement and refinement.record(), args.seed)
+    record = refinement and refinement.record()
+    write_plan(task, placement, args.out, note, record, args.seed, hardware.record())
     print(f"wrote {args.out}")
 
 
-def write_sharding_plan(task, placement, args, _note, _refinement) -> None:
+def write_sharding_plan(task, placement, args, _note, _refinement, _hardware) -> None:
     from dreamshard.integrations.torchrec_export import write_torchrec_plan
 
     write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
@@ -309,9 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--mem-gb",
         type=positive(float),
-        required=True,
-        help="memory per device in GiB (units of 2^30 bytes)",
+        help="memory per device in GiB (units of 2^30 bytes); default: a GPU hardware file's "
+        "memory (required with cpu)",
     )
+    hardware_option(pl)
     pl.add_argument(
         "--method",
         choices=list(method_names()),
@@ -369,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=topology_name,
         metavar="TOPOLOGY",
         help="the hosts and links the devices sit on, which every planner that models the "
-        "all-to-all plans for (default: the model's own, cpu-gloo for the analytic planners); "
+        "all-to-all plans for; it overrides a hardware file's links (default: a GPU hardware "
+        "file's links, else the model's own, cpu-gloo for the analytic planners); "
         f"{TOPOLOGY_HELP}",
     )
     pl.add_argument(

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
 from dreamshard.lazy import load_object
 
 BACKENDS = ("fbgemm", "simulated", "dmp")
+# judges that time nothing and model hardware that need not be here: for `measure` only
+JUDGES = ("torchrec-estimator",)
+TIMING = ("fbgemm", "dmp")  # backends that time this host: its hardware file only
 # The dmp backend runs TorchRec training steps: it lives with the TorchRec code, above this stage
 DMP = "dreamshard.integrations.dmp_backend"
+ESTIMATOR = "dreamshard.integrations.torchrec_judge:TorchRecEstimatorBackend"
 
 
 def make_backend(
@@ -17,14 +22,30 @@ def make_backend(
     launcher: str = "inprocess",
     topology: str = "auto",
     rounds: int | None = None,
+    hardware: str | None = None,
 ) -> CostBackend:
-    """`fbgemm` (real kernels on this host), `simulated` (the calibrated analytic model) or
-    `dmp` (real TorchRec training steps under torchrun; `iterations` sets its timed steps and
-    `rounds` its interleaved rounds a launch, of which a label is the median)."""
+    """`fbgemm` (real kernels on this host), `simulated` (the analytic model of `hardware`:
+    the calibrated CPU model, or a GPU file's roofline), `dmp` (real TorchRec training steps
+    under torchrun; `iterations` sets its timed steps and `rounds` its interleaved rounds a
+    launch, of which a label is the median) or `torchrec-estimator` (TorchRec's perf model
+    with a GPU hardware file's constants; times nothing). `hardware`: a hardware file's name
+    or path (None: cpu; the estimator's, TorchRec's own constants)."""
     if rounds is not None and name != "dmp":
         raise DreamshardError(
             f"measurement rounds apply to the dmp backend only, not {name!r}; drop the rounds"
         )
+    chosen = load_hardware(hardware) if hardware is not None else None
+    if name in TIMING and chosen is not None and chosen.is_gpu:
+        raise DreamshardError(
+            f"the {name} backend times this host; --hardware {hardware} applies to the simulated "
+            "and torchrec-estimator judges (drop --hardware, or give --hardware cpu)"
+        )
+    if name in JUDGES:
+        if iterations is not None or launcher != "inprocess":
+            raise DreamshardError(
+                f"the {name} judge times nothing; drop --iterations, --rounds and --launcher"
+            )
+        return load_object(ESTIMATOR)(chosen, None if topology == "auto" else topology)
     if name == "fbgemm":
         from dreamshard.costs.fbgemm import FbgemmBackend
         from dreamshard.costs.tbe import TimingConfig
@@ -34,13 +55,14 @@ def make_backend(
     if name == "simulated":
         from dreamshard.costs.simulated import SimulatedBackend
 
-        return SimulatedBackend(topology="cpu-gloo" if topology == "auto" else topology)
+        return SimulatedBackend(topology=None if topology == "auto" else topology, hardware=chosen)
     if name == "dmp":
         step_config = load_object(f"{DMP}:StepConfig")
         steps = step_config(steps=iterations) if iterations else step_config()
         backend = load_object(f"{DMP}:DmpBackend")
         return backend(steps, rounds=rounds) if rounds else backend(steps)
-    raise DreamshardError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    known = ", ".join(BACKENDS + JUDGES)
+    raise DreamshardError(f"unknown backend {name!r}; choose one of {known}")
 
 
 def describe_costs(config: dict) -> str:
@@ -59,10 +81,23 @@ def describe_costs(config: dict) -> str:
             f"fbgemm backend (measured): fused kernels timed on {device}, {precision} weights; "
             f"{comm}"
         )
+    if name == "simulated" and "hardware" in config:
+        return (
+            f"simulated backend (not measured): the GPU kernel roofline of hardware file "
+            f"{config['hardware']['name']} (sha256 {config['hardware']['sha256'][:12]}); "
+            f"all-to-all modeled ({config.get('topology', '?')} topology)"
+        )
     if name == "simulated":
         return (
             "simulated backend (not measured): the analytic cost model fitted to fbgemm CPU "
             f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
+        )
+    if name in JUDGES:
+        hardware = config.get("hardware")
+        which = hardware["name"] if isinstance(hardware, dict) else "TorchRec's default"
+        return (
+            f"TorchRec's EmbeddingPerfEstimator (not measured) with {which} constants; "
+            "communication modeled by TorchRec"
         )
     if name == "dmp":
         clocks = load_object(f"{DMP}:CLOCKS")

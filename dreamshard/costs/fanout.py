@@ -52,6 +52,7 @@ class BackendSpec:
     launcher: str = "inprocess"
     topology: str = "auto"
     rounds: int | None = None  # the dmp backend's interleaved rounds a launch (None: its own)
+    hardware: str | None = None  # a hardware file's name or path (None: the backend's own)
     # seconds each job waits, holding the lock, before it is measured: a stand-in for a slow
     # measurement (the fan-out benchmark's and tests' fixed-time jobs); 0 for real work
     delay_s: float = 0.0
@@ -62,7 +63,9 @@ class BackendSpec:
 
     def build(self) -> CostBackend:
         """A new backend with these settings."""
-        return make_backend(self.name, self.iterations, self.launcher, self.topology, self.rounds)
+        return make_backend(
+            self.name, self.iterations, self.launcher, self.topology, self.rounds, self.hardware
+        )
 
     def resources(self, job) -> dict[str, int]:
         """What one job occupies where it runs: a GPU per device of a placement run under

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from dreamshard.costs.comm import allreduce_ms, exchange_many, get_topology, modeled_comm
+from dreamshard.costs.hardware import Hardware, load_hardware
+from dreamshard.costs.roofline import RooflineModel
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -109,6 +111,11 @@ class SimulatedModel:
         features = np.atleast_2d(features)
         return features @ np.array(self.fwd), features @ np.array(self.bwd)
 
+    def predict_sums(self, sums: np.ndarray, precision: str) -> tuple[np.ndarray, np.ndarray]:
+        """(fwd ms, bwd ms) of groups from their sums [N, 6] of `table_quantities` (the CPU
+        model weighs fp32 and fp16 alike: it was fitted on fp32 kernels)."""
+        return self.predict(features_of_sums(np.atleast_2d(sums)))
+
     def save(self, path: Path) -> None:
         write_json_atomic(
             path,
@@ -156,17 +163,33 @@ def fit_model(features: np.ndarray, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> S
 
 @dataclass
 class SimulatedBackend:
+    """The analytic backend for one hardware file: `cpu` (the default) prices each device's
+    kernel with the calibrated model, a GPU file with its roofline (`costs.roofline`); the
+    exchange on `topology`, or the file's own links when none is given."""
+
     model: SimulatedModel | None = None
-    topology: str | None = "cpu-gloo"  # None: cpu-gloo
+    topology: str | None = None  # None: the hardware file's links (cpu: cpu-gloo)
     batch_size: int = DEFAULT_BATCH
+    hardware: Hardware | str | None = None  # None: cpu
     name: str = field(default="simulated", init=False)
 
     def __post_init__(self):
-        self.model = self.model or SimulatedModel.load()
-        self.topology = self.topology or "cpu-gloo"
+        self.hardware = load_hardware(self.hardware or "cpu")
+        if self.hardware.is_gpu:
+            self.kernel = RooflineModel(self.hardware)
+        else:
+            self.model = self.model or SimulatedModel.load()
+            self.kernel = self.model
+        self.topology = self.topology or self.hardware.topology_name()
         get_topology(self.topology)
 
     def config(self) -> dict:
+        if self.hardware.is_gpu:
+            return {
+                "backend": self.name,
+                "topology": self.topology,
+                "hardware": self.hardware.record(),
+            }
         return {
             "backend": self.name,
             "topology": self.topology,
@@ -192,8 +215,7 @@ class SimulatedBackend:
         sums = np.stack(
             [np.bincount(slot, np.tile(per_table[:, k], n), n * d) for k in range(6)], axis=1
         )  # [N * D, 6]
-        features = features_of_sums(sums)
-        fwd, bwd = self.model.predict(features)
+        fwd, bwd = self.kernel.predict_sums(sums, task.precision)
         fwd, bwd = fwd.reshape(n, d), bwd.reshape(n, d)
         transfer = exchange_many(tables, devices, batch, get_topology(self.topology), d)
         wait = fwd.max(axis=1, keepdims=True) - fwd if d > 1 else np.zeros_like(fwd)
@@ -204,13 +226,14 @@ class SimulatedBackend:
         a split candidate (`placement.splitting.SplitRating`)."""
         return float(self.overall_many(task, placements).min())
 
-    def device_features(self, task: PlacementTask, placement: Placement) -> np.ndarray:
-        """[devices, GROUP_FEATURES] each device's group features (zeros for an empty one), of
+    def device_sums(self, task: PlacementTask, placement: Placement) -> np.ndarray:
+        """[devices, 6] each device's sums of `table_quantities` (zeros for an empty one), of
         the placement's shards, at this backend's batch size: what `measure` weighs."""
         task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
+        per_table = table_quantities(task.tables, batch)
         members = placement.device_tables(task.num_devices)
-        return np.stack([group_features([task.tables[i] for i in m], batch) for m in members])
+        return np.stack([per_table[list(m)].sum(axis=0) for m in members])
 
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         task.validate()
@@ -218,7 +241,7 @@ class SimulatedBackend:
         task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
         groups = [[task.tables[i] for i in m] for m in placement.device_tables(task.num_devices)]
-        fwd, bwd = self.model.predict(self.device_features(task, placement))
+        fwd, bwd = self.kernel.predict_sums(self.device_sums(task, placement), task.precision)
         widths = np.array([sum(pooled_width(t) for t in g) for g in groups])
         topology = get_topology(self.topology)
         allreduce = allreduce_ms(task.tables, task.num_devices, topology)
@@ -229,4 +252,7 @@ class SimulatedBackend:
             for f, fc, bc, b in zip(fwd, fwd_comm, bwd_comm, bwd)
         )
         comm = "modeled" if task.num_devices > 1 else "none"
-        return PlacementCost(devices, self.name, comm, {"topology": self.topology, "batch": batch})
+        info = {"topology": self.topology, "batch": batch}
+        if self.hardware.is_gpu:
+            info["hardware"] = self.hardware.label()
+        return PlacementCost(devices, self.name, comm, info)

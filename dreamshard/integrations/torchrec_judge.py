@@ -22,8 +22,10 @@ DreamshardError naming the table.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
+from dreamshard.costs.hardware import Hardware, known_hardware
+from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
 from dreamshard.integrations.torchrec_export import SHARDING_TYPES, torchrec_plan_dict
 from dreamshard.integrations.torchrec_planner import (
@@ -40,9 +42,10 @@ def torchrec_judge(
     placement: Placement,
     topology: str | None = None,
     batch_size: int | None = None,
+    hardware: Hardware | None = None,
 ) -> float:
     """The plan's cost under TorchRec's estimator: its slowest rank's total perf (ms)."""
-    return max(torchrec_rank_perfs(task, placement, topology, batch_size))
+    return max(torchrec_rank_perfs(task, placement, topology, batch_size, hardware))
 
 
 def torchrec_rank_perfs(
@@ -50,19 +53,46 @@ def torchrec_rank_perfs(
     placement: Placement,
     topology: str | None = None,
     batch_size: int | None = None,
+    hardware: Hardware | None = None,
 ) -> list[float]:
     """Each rank's total perf (ms) under TorchRec's estimator: the sum of `Perf.total` over the
     shards our placement puts on it (0 on a rank with none).
 
     `topology`: a `costs.comm` name giving TorchRec's `Topology` its hosts and bandwidths (None:
     TorchRec's defaults); `batch_size`: the per-rank batch TorchRec's planner takes (None: the
-    one `torchrec_request` derives from the tables).
+    one `torchrec_request` derives from the tables); `hardware`: a GPU hardware file whose
+    constants TorchRec's `Topology` gets (`torchrec_planner.torchrec_compute`; None: its own).
     """
-    perfs = [0.0] * task.num_devices
-    for option in torchrec_sharding_options(task, placement, topology, batch_size):
+    return [
+        sum(terms) for terms in torchrec_rank_terms(task, placement, topology, batch_size, hardware)
+    ]
+
+
+def torchrec_rank_terms(
+    task: PlacementTask,
+    placement: Placement,
+    topology: str | None = None,
+    batch_size: int | None = None,
+    hardware: Hardware | None = None,
+) -> list[tuple[float, float, float, float]]:
+    """Each rank's (fwd_comp, fwd_comm, bwd_comm, bwd_comp) in ms under TorchRec's estimator,
+    summed over the shards our placement puts on it: its `Perf` fields fwd_compute (with
+    prefetch_compute, nil for the fused HBM kernel), fwd_comms, bwd_comms, bwd_compute."""
+    terms = [[0.0] * 4 for _ in range(task.num_devices)]
+    options = torchrec_sharding_options(task, placement, topology, batch_size, hardware)
+    for option in options:
         for shard in option.shards:
-            perfs[shard.rank] += shard.perf.total
-    return perfs
+            perf = shard.perf
+            for k, value in enumerate(
+                (
+                    perf.fwd_compute + perf.prefetch_compute,
+                    perf.fwd_comms,
+                    perf.bwd_comms,
+                    perf.bwd_compute,
+                )
+            ):
+                terms[shard.rank][k] += value
+    return [tuple(t) for t in terms]
 
 
 def torchrec_sharding_options(
@@ -70,6 +100,7 @@ def torchrec_sharding_options(
     placement: Placement,
     topology: str | None = None,
     batch_size: int | None = None,
+    hardware: Hardware | None = None,
 ) -> list:
     """Our plan in the form TorchRec's planner holds its best plan: one `ShardingOption` per
     table, its shards' perf estimated and their ranks set to our devices."""
@@ -80,7 +111,7 @@ def torchrec_sharding_options(
         tables = torchrec_plan_dict(task, placement, module_path="")["plan"][""]
     except DreamshardError as exc:
         raise DreamshardError(f"TorchRec's estimator cannot rate this plan: {exc}") from None
-    enumerated = enumerated_options(task, placement.splits, topology, batch_size)
+    enumerated = enumerated_options(task, placement.splits, topology, batch_size, hardware)
     shapes = {t.name: [t.rows, t.dim] for t in task.tables}
     plan = []
     for name, entry in tables.items():
@@ -101,6 +132,7 @@ def enumerated_options(
     splits: tuple[Split, ...],
     topology: str | None,
     batch_size: int | None,
+    hardware: Hardware | None = None,
 ) -> dict[str, list]:
     """TorchRec's enumerated sharding options of each table, their perf and storage estimated,
     each table constrained to the sharding type of our plan (and a column split's width)."""
@@ -112,7 +144,7 @@ def enumerated_options(
         EmbeddingStorageEstimator,
     )
 
-    request = torchrec_request(task, reserve=False, topology=topology)
+    request = torchrec_request(task, reserve=False, topology=topology, hardware=hardware)
     by_table = {s.table: s for s in splits}
     constraints = {}
     for table in task.tables:
@@ -164,3 +196,41 @@ def matching_option(name: str, entry: dict, options: list):
         f"our shard sizes {[size for _, size in ours]} (it offers {offered or 'nothing'}), so "
         "TorchRec's estimator cannot rate this plan"
     )
+
+
+@dataclass
+class TorchRecEstimatorBackend:
+    """`measure --backend torchrec-estimator`: each rank's perf as TorchRec's planner computes
+    it (`torchrec_rank_terms`), for a GPU hardware file's constants (None: TorchRec's defaults),
+    on `topology` (None: the file's links, else TorchRec's). It times nothing: a judge, a model
+    of a GPU that need not be here."""
+
+    hardware: Hardware | None = None
+    topology: str | None = None
+    batch_size: int | None = None
+    name: str = field(default="torchrec-estimator", init=False)
+
+    def __post_init__(self):
+        require_torchrec()
+        if self.hardware is not None and not self.hardware.is_gpu:
+            raise DreamshardError(
+                f"TorchRec's estimator models GPUs, not the {self.hardware.name} hardware file; "
+                f"give a GPU one ({', '.join(n for n in known_hardware() if n != 'cpu')}) or "
+                "none for TorchRec's own constants"
+            )
+
+    def config(self) -> dict:
+        hardware = self.hardware.record() if self.hardware else "torchrec-defaults"
+        return {"backend": self.name, "topology": self.topology, "hardware": hardware}
+
+    def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
+        terms = torchrec_rank_terms(task, placement, self.topology, self.batch_size, self.hardware)
+        request = torchrec_request(task, False, topology=self.topology, hardware=self.hardware)
+        topology = self.topology or (self.hardware.topology_name() if self.hardware else None)
+        info = {
+            "topology": topology or "torchrec defaults",
+            "batch": (self.batch_size or request.batch_size) * task.num_devices,
+            "hardware": self.hardware.label() if self.hardware else "TorchRec's defaults",
+        }
+        comm = "modeled" if task.num_devices > 1 else "none"
+        return PlacementCost(tuple(DeviceCost(*t) for t in terms), self.name, comm, info)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dreamshard.costs.comm import get_topology
+from dreamshard.costs.hardware import Hardware, gpu_hardware
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.planner import BasePlanner, PlanOptions
@@ -106,12 +107,20 @@ def bag_configs(tables, precision: str) -> list:
 
 
 def torchrec_request(
-    task: PlacementTask, reserve: bool = True, split: str = "none", topology: str | None = None
+    task: PlacementTask,
+    reserve: bool = True,
+    split: str = "none",
+    topology: str | None = None,
+    hardware: Hardware | None = None,
 ) -> TorchRecRequest:
     """Our task in TorchRec's terms (tables, D GPUs with our cap as HBM, the fused kernel;
     table-wise only, or with `split="auto"` also the column-/row-wise sharding that maps to
     our shards, `sharding_options`). `topology` (a `costs.comm` name) gives TorchRec's
-    `Topology` its hosts and bandwidths; None keeps TorchRec's defaults."""
+    `Topology` its hosts and bandwidths; None: a GPU hardware file's links, else TorchRec's
+    defaults. A GPU `hardware` file gives its HBM bandwidth and backward multiplier
+    (`torchrec_compute`); None or `cpu` keeps TorchRec's defaults."""
+    if topology is None and hardware is not None and hardware.is_gpu:
+        topology = hardware.topology_name()
     import torch
     from torchrec import EmbeddingBagCollection
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
@@ -154,6 +163,7 @@ def torchrec_request(
             compute_device="cuda",
             hbm_cap=task.memory_cap_bytes,
             **torchrec_links(topology, task.num_devices),
+            **torchrec_compute(hardware),
         )
     # Each device's fused kernel here sees the whole batch for its tables; in TorchRec that batch
     # is the global one, world size x the per-rank batch the planner takes.
@@ -173,6 +183,17 @@ def torchrec_links(topology: str | None, d: int) -> dict:
         "local_world_size": size,
         "intra_host_bw": links.bandwidth_gbps * 1e9 / 1000,
         "inter_host_bw": network * 1e9 / 1000,
+    }
+
+
+def torchrec_compute(hardware: Hardware | None) -> dict:
+    """TorchRec `Topology` arguments for a GPU hardware file's compute: the HBM bandwidth a TBE
+    reaches (spec x efficiency, bytes/ms) and the backward multiplier. {} for None or cpu."""
+    if hardware is None or not hardware.is_gpu:
+        return {}
+    return {
+        "hbm_mem_bw": hardware.value("hbm_spec_gbps") * hardware.value("hbm_efficiency") * 1e6,
+        "bwd_compute_multiplier": hardware.value("bwd_fwd_ratio"),
     }
 
 
@@ -382,6 +403,7 @@ def torchrec_place(
     split: str = "none",
     topology: str | None = None,
     timeout: float | None = None,
+    hardware: Hardware | None = None,
 ) -> Placement:
     """TorchRec's plan for the task, checked legal under our caps.
 
@@ -390,7 +412,9 @@ def torchrec_place(
     `reserve=False` plans on the full cap (no HBM share, no KJT room kept back), the same memory
     our planners get. `topology`: the hosts and links TorchRec's `Topology` gets (None: its
     defaults). `timeout`: seconds TorchRec's proposers may search (`plan_with_torchrec`; None:
-    until they are done). `seed` is unused: TorchRec's planner is deterministic.
+    until they are done). `hardware`: a GPU hardware file whose constants TorchRec's
+    estimator prices with (None: its own). `seed` is unused: TorchRec's planner is
+    deterministic.
     """
     if split not in SPLIT_MODES:
         raise DreamshardError(
@@ -398,7 +422,7 @@ def torchrec_place(
         )
     require_torchrec()
     task.validate()
-    request = replace(torchrec_request(task, reserve, split, topology), timeout=timeout)
+    request = replace(torchrec_request(task, reserve, split, topology, hardware), timeout=timeout)
     plan = plan_with_torchrec(request)
     placement = placement_from_sharding(task, plan.plan[""])
     check_legal(task, placement)
@@ -443,6 +467,7 @@ class TorchRecMethod(BasePlanner):
             options.split,
             options.topology,
             options.time_budget,
+            gpu_hardware(options.hardware),
         )
         problem = sharding_problem(task.constraints, placement.splits)
         if problem:
@@ -451,7 +476,13 @@ class TorchRecMethod(BasePlanner):
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
         return torchrec_place(
-            task, options.seed, options.reserve, "none", options.topology, options.time_budget
+            task,
+            options.seed,
+            options.reserve,
+            "none",
+            options.topology,
+            options.time_budget,
+            gpu_hardware(options.hardware),
         )
 
 

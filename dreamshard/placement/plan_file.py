@@ -91,11 +91,15 @@ def write_plan(
     note: str | None = None,
     refinement: RefinementRecord | None = None,
     seed: int | None = None,
+    hardware: dict | None = None,
 ) -> None:
     """The plan file; `note` (e.g. the task lies outside the model's training), the planner's
-    `seed` (`dreamshard explain` re-runs its candidates from it), the task's constraints and
-    what a measured refinement found go in too."""
+    `seed` (`dreamshard explain` re-runs its candidates from it), the task's constraints, the
+    hardware file it was planned for (name and content hash) and what a measured refinement
+    found go in too."""
     data = plan_to_dict(task, placement) | ({"note": note} if note else {})
+    if hardware is not None:
+        data["hardware"] = hardware
     if seed is not None:
         data["seed"] = seed
     if task.constraints:  # what the plan was made to hold, as a constraints file writes it
@@ -123,6 +127,16 @@ class SplitRecord(BaseModel):
     parts: int = Field(ge=2)
 
 
+class HardwareRecord(BaseModel):
+    """The hardware file a plan was made for: its name (with the corner, if any) and the
+    sha256 of its content."""
+
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    sha256: str
+
+
 class PlanFile(BaseModel):
     """A plan file as `plan_to_dict` writes it (other keys are ignored). JSON types are exact:
     a count written as "2" or 2.0 is refused, so is a device written as true."""
@@ -143,6 +157,7 @@ class PlanFile(BaseModel):
     placement: dict[str, Annotated[int, Field(ge=0)]]
     devices: list[DeviceRecord] = []
     refinement: RefinementRecord | None = None  # plans written with --refine (0.2)
+    hardware: HardwareRecord | None = None  # the hardware file planned for (0.3)
 
 
 def read_plan(path: str | Path) -> PlanFile:

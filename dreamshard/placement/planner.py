@@ -49,6 +49,9 @@ class PlanOptions:
     `topology`: the hosts and links the task's devices sit on, a `costs.comm` topology name (as
     nvlink-rdma:8); None: the planner's own (a model's: the one it was trained on; the
     analytic model's: cpu-gloo). Planners that model the all-to-all plan for it.
+    `hardware`: the hardware file the plan is for (a `costs.hardware.Hardware`, a shipped
+    file's name or a path; None: cpu, this host's calibrated model). The planners that rate
+    with the analytic model rate with its kernel model and, without a topology, its links.
     """
 
     seed: int = 0
@@ -60,6 +63,7 @@ class PlanOptions:
     reserve: bool = True
     deadline: Deadline | None = None
     topology: str | None = None
+    hardware: object = None
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT_MODES:

@@ -110,6 +110,7 @@ def place(
     options: PlanOptions | None = None,
     time_budget: float | None = None,
     topology: str | None = None,
+    hardware: object = None,
 ) -> Placement:
     """Place a task's tables with a named planner; always legal, else InfeasibleError.
 
@@ -120,10 +121,14 @@ def place(
     `placement.splitting`), `split="none"` places whole tables, as the paper does.
     `time_budget`: seconds the plan may take (None: the planner's default, `placement.budget`).
     `topology`: the devices' hosts and links (a `costs.comm` name; None: the planner's own).
-    `options`, when given, replaces seed, model, samples, split, the budget and the topology.
+    `hardware`: the hardware file planned for (`PlanOptions.hardware`; None: cpu).
+    `options`, when given, replaces seed, model, samples, split, the budget, the topology and
+    the hardware.
     """
     planner = registration(method).load()
-    options = options or PlanOptions(seed, model, samples, split, time_budget, topology=topology)
+    options = options or PlanOptions(
+        seed, model, samples, split, time_budget, topology=topology, hardware=hardware
+    )
     options = replace(options, model=planner.load_model(options.model))
     return planner.place(task, options)
 

@@ -35,7 +35,7 @@ class HeuristicPlanner(BasePlanner):
         return greedy_place(task, self.name)
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        backend = SimulatedBackend(topology=options.topology)
+        backend = SimulatedBackend(topology=options.topology, hardware=options.hardware)
         host_size = get_topology(backend.topology).host_size(task.num_devices)
         return checked_balance_splits(task, self.name, backend.cheapest, options.until(), host_size)
 

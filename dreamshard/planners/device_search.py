@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from dreamshard.costs.comm import Topology, allreduce_ms, device_transfer_ms, get_topology
-from dreamshard.costs.simulated import SimulatedBackend, features_of_sums, table_quantities
+from dreamshard.costs.simulated import SimulatedBackend, table_quantities
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
@@ -303,11 +303,12 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
     backend = backend or SimulatedBackend()
     batch = table_batch_size(task.tables, backend.batch_size)
     vectors = table_quantities(task.tables, batch)
-    fwd_w, bwd_w = np.array(backend.model.fwd), np.array(backend.model.bwd)
+    kernel, precision = backend.kernel, task.precision
 
     def terms(sums):
-        features = features_of_sums(sums)
-        return features @ fwd_w, features @ bwd_w, None
+        shape = sums.shape[:-1]
+        fwd, bwd = kernel.predict_sums(sums.reshape(-1, sums.shape[-1]), precision)
+        return fwd.reshape(shape), bwd.reshape(shape), None
 
     topology = get_topology(backend.topology)
     dims = np.array([pooled_width(t) for t in task.tables], dtype=np.float64)

@@ -232,11 +232,11 @@ class AnalyticSearch(BasePlanner):
         return max(SEARCH_SECONDS, super().default_budget(task))
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
-        backend = SimulatedBackend(topology=options.topology)
+        backend = SimulatedBackend(topology=options.topology, hardware=options.hardware)
         return analytic_splits(task, backend, options.until().share(SPLIT_SHARE))
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
-        backend = SimulatedBackend(topology=options.topology)
+        backend = SimulatedBackend(topology=options.topology, hardware=options.hardware)
         return search_analytic_place(task, options.seed, options.until().left(), backend=backend)
 
 
