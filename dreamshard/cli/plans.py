@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from dreamshard.cli.args import load_table_source, positive, table_source_options
+from dreamshard.cli.args import (
+    chosen_hardware,
+    hardware_option,
+    load_table_source,
+    positive,
+    table_source_options,
+)
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json
 from dreamshard.placement.plan_file import PLAN_FORMAT
@@ -27,6 +33,27 @@ def read_plan(args: argparse.Namespace):
     task = plan_task(args, data)
     task.validate()
     return data, task, read_any_plan(args.plan, task, args.module_path, data)
+
+
+def plan_hardware(args: argparse.Namespace, data):
+    """The hardware file a plan is judged for: `--hardware`, else the shipped file the plan
+    records (ours; its content hash must match), else this host's."""
+    from dreamshard.costs.hardware import known_hardware, load_hardware
+
+    recorded = data.get("hardware") if isinstance(data, dict) else None
+    if (
+        not args.hardware
+        and isinstance(recorded, dict)
+        and recorded.get("name") in known_hardware()
+    ):
+        hardware = load_hardware(recorded["name"])
+        if hardware.sha256 != recorded.get("sha256"):
+            raise DreamshardError(
+                f"{args.plan} was planned for another version of the {hardware.name} hardware "
+                "file (its sha256 differs); give --hardware NAME|FILE to judge it"
+            )
+        return hardware
+    return chosen_hardware(args)[0]
 
 
 def plan_task(args: argparse.Namespace, data) -> PlacementTask:
@@ -72,8 +99,9 @@ def plan_task(args: argparse.Namespace, data) -> PlacementTask:
 def cmd_check(args: argparse.Namespace) -> int:
     from dreamshard.integrations.plan_check import check_plan
 
-    _, task, placement = read_plan(args)
-    report = check_plan(task, placement, args.model, compare=not args.no_compare)
+    data, task, placement = read_plan(args)
+    hardware = plan_hardware(args, data)
+    report = check_plan(task, placement, args.model, not args.no_compare, hardware)
     if args.format == "json":
         print(json.dumps(report.as_dict(), indent=1))
     else:
@@ -120,7 +148,8 @@ def cmd_explain(args: argparse.Namespace) -> None:
 
     data, task, placement = read_plan(args)
     seed = args.seed if args.seed is not None else int(data.get("seed") or 0)
-    explanation = explain_plan(task, placement, args.model, seed, args.samples)
+    hardware = plan_hardware(args, data)
+    explanation = explain_plan(task, placement, args.model, seed, args.samples, hardware)
     if args.format == "json":
         print(json.dumps(explanation.as_dict(), indent=1))
     else:
@@ -221,6 +250,7 @@ def add_plan_commands(sub) -> None:
     check.add_argument(
         "--no-compare", action="store_true", help="skip dreamshard's plan of the same tables"
     )
+    hardware_option(check)
     check.set_defaults(func=cmd_check)
 
     why = sub.add_parser(
@@ -245,4 +275,5 @@ def add_plan_commands(sub) -> None:
     why.add_argument(
         "--samples", type=int, default=8, help="the planner's sampled placements (default 8)"
     )
+    hardware_option(why)
     why.set_defaults(func=cmd_explain)

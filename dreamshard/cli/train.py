@@ -6,7 +6,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from dreamshard.cli.args import positive, share, topology_name
+from dreamshard.cli.args import hardware_name, positive, share, topology_name
 from dreamshard.costs.comm import TOPOLOGY_HELP
 from dreamshard.errors import DreamshardError
 from dreamshard.learn.rnn_config import RnnTrainConfig
@@ -171,6 +171,13 @@ TRAIN_OPTIONS: dict[str, dict] = {
         "metavar": "TOPOLOGY",
         "help": "all-to-all model where it is not measured (auto: cpu-gloo on the simulated "
         f"backend, the device's own on fbgemm); {TOPOLOGY_HELP}",
+    },
+    "hardware": {
+        "type": hardware_name,
+        "metavar": "NAME|FILE",
+        "help": "the hardware file the simulated backend labels placements for (a shipped one "
+        "or your own, docs/hardware.md; empty: cpu, the model calibrated on this host); fbgemm "
+        "and dmp time this host",
     },
     "measure_iterations": {
         "type": positive(int),

@@ -256,3 +256,10 @@ class SimulatedBackend:
         if self.hardware.is_gpu:
             info["hardware"] = self.hardware.label()
         return PlacementCost(devices, self.name, comm, info)
+
+
+def analytic_judge(backend: SimulatedBackend) -> str:
+    """What the analytic model of `backend` is, in words (`check` and `explain` say it)."""
+    if backend.hardware.is_gpu:
+        return f"the GPU kernel roofline of the {backend.hardware.label()} hardware file"
+    return "the calibrated analytic model (the simulated backend)"

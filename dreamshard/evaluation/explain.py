@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.hardware import Hardware
+from dreamshard.costs.simulated import SimulatedBackend, analytic_judge
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.constraints import bind
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, heuristic_keys
@@ -89,11 +90,16 @@ class Explanation:
 
 
 def explain_plan(
-    task: PlacementTask, placement: Placement, model=None, seed: int = 0, samples: int = 8
+    task: PlacementTask,
+    placement: Placement,
+    model=None,
+    seed: int = 0,
+    samples: int = 8,
+    hardware: Hardware | str | None = None,
 ) -> Explanation:
     """The explanation of `placement` of `task` (module docstring); `model`: anything
-    `resolve_model` takes, or None for the analytic model; `seed`, `samples`: the planner's,
-    to re-run its candidates."""
+    `resolve_model` takes, or None for the analytic model of `hardware` (None: cpu); `seed`,
+    `samples`: the planner's, to re-run its candidates."""
     roomy = replace(task, constraints=None)
     shards, flat = shard_view(roomy, placement)
     devices = np.asarray(flat.devices, dtype=np.int64)
@@ -105,10 +111,11 @@ def explain_plan(
         per_device, overall = model.costnet.predict_ms(shards, flat)
         terms = np.asarray(per_device)[:, :3]
     else:
-        judge = "the calibrated analytic model (the simulated backend)"
+        analytic = SimulatedBackend(hardware=hardware)
+        judge = analytic_judge(analytic)
         scale = 1.0
-        device_model = analytic_model(shards)
-        cost = SimulatedBackend().measure(shards, flat)
+        device_model = analytic_model(shards, analytic)
+        cost = analytic.measure(shards, flat)
         overall = cost.overall
         terms = np.array([[d.fwd_comp, d.bwd_comm, d.bwd_comp] for d in cost.devices])
     explanation = Explanation(

@@ -15,8 +15,11 @@ Importing this module imports TorchRec (`make torchrec`).
 
 from __future__ import annotations
 
+import logging
+
 import torch.distributed as dist
 
+from dreamshard.costs.hardware import GENERIC_GPU, detect_hardware, load_hardware
 from dreamshard.errors import DreamshardError
 from dreamshard.integrations.torchrec_export import (
     INDEXED_DEVICES,
@@ -79,6 +82,10 @@ class DreamShardPlanner(ShardingPlanner):
     method plans for the
     topology's hosts and its intra- and inter-host bandwidths (`links_of`); on one host it keeps
     its own exchange model (a model's: the one it was trained on).
+    `hardware`: the hardware file planned for (a shipped name, a path or a `Hardware`; None:
+    this host's, `costs.hardware.detect_hardware`, said in one log line). With a GPU file the
+    `topology` gives the world size, memory and devices per host, and its bandwidths override
+    the file's where they are not TorchRec's defaults (`planner_links`).
     """
 
     def __init__(
@@ -94,8 +101,10 @@ class DreamShardPlanner(ShardingPlanner):
         seed: int = 0,
         samples: int = 8,
         constraints=None,
+        hardware=None,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
+        self.hardware = planner_hardware(hardware)
         self.topology = topology if topology is not None else default_topology()
         self.method, self.model, self.seed, self.samples = method, model, seed, samples
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
@@ -150,7 +159,12 @@ class DreamShardPlanner(ShardingPlanner):
         if self._options is None:  # once: a registered model loads in seconds
             model = self._planner.load_model(self.model)
             self._options = PlanOptions(
-                self.seed, model, self.samples, self.split, topology=links_of(self.topology)
+                self.seed,
+                model,
+                self.samples,
+                self.split,
+                topology=planner_links(self.topology, self.hardware),
+                hardware=self.hardware,
             )
         try:
             placement = self._planner.place(task, self._options)
@@ -261,6 +275,44 @@ def links_of(topology) -> str | None:
     bandwidths = topology.comms_bandwidths
     gbps = [bw * 1000 / 1e9 for bw in (bandwidths.intra_host_bw, bandwidths.inter_host_bw)]
     return f"per-host={topology.local_world_size},intra={gbps[0]:.6g},inter={gbps[1]:.6g}"
+
+
+def planner_hardware(hardware):
+    """The hardware file `DreamShardPlanner` plans for: as given, else this host's (one log
+    line saying which)."""
+    if hardware is not None:
+        return load_hardware(hardware)
+    found, said = detect_hardware()
+    logging.getLogger("dreamshard").log(
+        logging.WARNING if found.name == GENERIC_GPU else logging.INFO, "DreamShardPlanner %s", said
+    )
+    return found
+
+
+def planner_links(topology, hardware) -> str | None:
+    """Our topology for a TorchRec `Topology` under a hardware file. cpu: `links_of` (the
+    topology's hosts where it spans several, else the method's own). A GPU file: its links,
+    on the topology's hosts (its local world size), with the topology's bandwidths where they
+    are not TorchRec's defaults (the user set them)."""
+    from torchrec.distributed.planner.constants import CROSS_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
+
+    if not hardware.is_gpu:
+        return links_of(topology)
+    bandwidths = topology.comms_bandwidths
+    intra, inter = bandwidths.intra_host_bw, bandwidths.inter_host_bw
+    per_host = min(topology.local_world_size, topology.world_size)
+    values = {
+        "per-host": per_host,
+        "intra": intra * 1000 / 1e9
+        if intra != INTRA_NODE_BANDWIDTH
+        else hardware.value("intra_gbps"),
+        "inter": inter * 1000 / 1e9
+        if inter != CROSS_NODE_BANDWIDTH
+        else hardware.value("inter_gbps"),
+        "latency": hardware.value("intra_latency_ms"),
+        "network-latency": hardware.value("inter_latency_ms"),
+    }
+    return ",".join(f"{k}={v:.6g}" for k, v in values.items())
 
 
 def default_topology():

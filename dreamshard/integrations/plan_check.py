@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.costs.hardware import Hardware
+from dreamshard.costs.simulated import SimulatedBackend, analytic_judge
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json
 from dreamshard.learn.model_file import resolve_model
@@ -84,11 +85,17 @@ class PlanCheck:
 
 
 def check_plan(
-    task: PlacementTask, placement: Placement, model=None, compare: bool = True
+    task: PlacementTask,
+    placement: Placement,
+    model=None,
+    compare: bool = True,
+    hardware: Hardware | str | None = None,
 ) -> PlanCheck:
     """The report on `placement` of `task` (module docstring). `model`: a cost network's view
     instead of the analytic model's (anything `resolve_model` takes); `compare`: False skips
-    dreamshard's plan of the same tables."""
+    dreamshard's plan of the same tables; `hardware`: the hardware file the analytic model
+    prices for and dreamshard plans for (None: cpu)."""
+    analytic = SimulatedBackend(hardware=hardware)
     problem = placement_problem(task, placement) or sharding_problem(
         task.constraints, placement.splits
     )
@@ -101,8 +108,8 @@ def check_plan(
         per_device, overall = model.costnet.predict_ms(shards, flat)
         terms = np.asarray(per_device)[:, :3]
     else:
-        judge = "the calibrated analytic model (the simulated backend)"
-        cost = SimulatedBackend().measure(shards, flat)
+        judge = analytic_judge(analytic)
+        cost = analytic.measure(shards, flat)
         overall = cost.overall
         terms = np.array([[d.fwd_comp, d.bwd_comm, d.bwd_comp] for d in cost.devices])
     torchrec_memory, note = torchrec_memory_per_device(task, placement)
@@ -122,7 +129,12 @@ def check_plan(
     mine, candidate = None, ""
     if compare:
         try:
-            found = place(task, "dreamshard", model=model if model is not None else "shipped")
+            found = place(
+                task,
+                "dreamshard",
+                model=model if model is not None else "shipped",
+                hardware=analytic.hardware,
+            )
         except DreamshardError as exc:  # no legal plan under these caps: said, not raised
             candidate = f"none: {exc}"
         else:
@@ -130,7 +142,7 @@ def check_plan(
             if model is not None:
                 mine = predicted_overall(model, task, [found])[0]
             else:
-                mine = SimulatedBackend().measure(*shard_view(roomy, found)).overall
+                mine = analytic.measure(*shard_view(roomy, found)).overall
     return PlanCheck(
         task.name,
         placement.method,

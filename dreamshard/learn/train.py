@@ -21,6 +21,7 @@ import torch
 from dreamshard.costs.collect import Job, collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset, key_machine
 from dreamshard.costs.fanout import BackendSpec, Fanout, fanout_for, measuring_setups
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedModel
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
@@ -97,6 +98,11 @@ def suite_batch(config: TrainConfig, comm: dict | None) -> int:
     return int(table_batch_size(tables, comm["batch"] if comm else DEFAULT_BATCH))
 
 
+def trained_hardware(config: TrainConfig) -> dict:
+    """The hardware file a run's labels are for (name and content hash; model metadata)."""
+    return load_hardware(config.hardware or "cpu").record()
+
+
 def backend_spec(config: TrainConfig) -> BackendSpec:
     """The settings of the backend the run measures with."""
     return BackendSpec(
@@ -104,6 +110,7 @@ def backend_spec(config: TrainConfig) -> BackendSpec:
         config.measure_iterations,
         topology=config.topology,
         rounds=config.measure_rounds,
+        hardware=config.hardware or None,
     )
 
 
@@ -308,6 +315,7 @@ def train_costnet(config: TrainConfig, holdout: float = 0.2, log=_say):
     )
     metadata = {
         "suite": config.suite,
+        "hardware": trained_hardware(config),
         "backend": backend.config(),
         "config": asdict(config),
         "examples": len(examples),
@@ -449,6 +457,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
             "trained": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "ranges": joined_ranges(training_ranges(tasks), state.start["ranges"]),
             "started_from": state.start["from"],
+            "hardware": trained_hardware(config),
         },
     )
     model.costnet.eval()

@@ -82,6 +82,9 @@ class TrainConfig:
     # the all-to-all model where it is modeled (costs/comm.py TOPOLOGIES); "auto": cpu-gloo on
     # the simulated backend, the device's own on fbgemm
     topology: str = "auto"
+    # the hardware file the simulated backend labels for (costs/hardware.py; "": cpu, the
+    # calibrated model); fbgemm and dmp time this host and take cpu only
+    hardware: str = ""
     seed: int = 0
     dataset: str = ""  # cost dataset (default OUT/costs.sqlite)
     # the model the run starts from: "shipped" (the package's pre-trained cost network, for the
