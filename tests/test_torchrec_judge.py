@@ -28,16 +28,27 @@ TASK = PlacementTask(tuple(generate_tables("dlrm", 24, 3)), 4, 8 * GIB)
 HOT_TASK = PlacementTask((*TASK.tables, Table("hot", 100_000, 128, 200.0)), 4, 8 * GIB)
 
 
-def planner_plan(task: PlacementTask, split: str, topology: str | None, row_wise: bool = True):
+def planner_plan(
+    task: PlacementTask,
+    split: str,
+    topology: str | None,
+    row_wise: bool = True,
+    hardware=None,
+    forced: dict | None = None,
+):
     """TorchRec's planner's plan for the task (no reservation) as our placement, and the per-rank
-    perf its planner computed for it (its best plan's shards' `Perf.total` summed per rank)."""
+    perf its planner computed for it (its best plan's shards' `Perf.total` summed per rank).
+    `hardware`: a GPU hardware file for its `Topology`; `forced`: {table: sharding type}."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.storage_reservations import (
         FixedPercentageStorageReservation,
     )
 
-    request = torchrec_request(task, reserve=False, split=split, topology=topology)
+    request = torchrec_request(task, False, split, topology, hardware)
+    for name, kind in (forced or {}).items():
+        assert kind in request.constraints[name].sharding_types
+        request.constraints[name].sharding_types = [kind]
     if not row_wise:
         for constraint in request.constraints.values():
             constraint.sharding_types = [k for k in constraint.sharding_types if k != "row_wise"]
@@ -77,6 +88,35 @@ def test_torchrec_own_plans_are_rated_as_its_planner_rates_them(
     assert torchrec_judge(task, placement, topology) == pytest.approx(max(theirs), rel=1e-6)
     if split == "none":  # the planner method gives the same plan
         assert torchrec_place(task, reserve=False, topology=topology) == placement
+
+
+def test_the_estimator_judge_reports_what_torchrecs_planner_reported_on_8_hosts():
+    """20 tables on 64 GPUs in 8 hosts of the h100-sxm file, two of them forced table-row-wise:
+    `measure --backend torchrec-estimator`'s backend gives each rank the perf TorchRec's planner
+    itself computed for its plan (its best plan's shards), each term in its place."""
+    from dreamshard.costs.backends import make_backend
+    from dreamshard.costs.hardware import load_hardware
+
+    hardware = load_hardware("h100-sxm")
+    tables = generate_tables("dlrm", 18, 5)
+    tall = (Table("tall_a", 800_000, 64, 30.0), Table("tall_b", 4_000_000, 128, 12.0))
+    task = PlacementTask((*tables, *tall), 64, int(hardware.value("memory_bytes")))
+    forced = {"tall_a": "table_row_wise", "tall_b": "table_row_wise"}
+    placement, theirs = planner_plan(task, "auto", None, True, hardware, forced)
+    assert {s.kind for s in placement.splits} >= {"table_row"}
+    judge = make_backend("torchrec-estimator", hardware="h100-sxm")
+    cost = judge.measure(task, placement)
+    assert [d.total for d in cost.devices] == pytest.approx(theirs, rel=1e-6)
+    assert cost.overall == pytest.approx(max(theirs), rel=1e-6)
+    assert cost.info["topology"] == hardware.topology_name()
+    # the file's constants reached TorchRec: twice the backward multiplier, twice the backward
+    doubled = make_backend("torchrec-estimator", hardware=hardware.at({"bwd_fwd_ratio": 6.0}))
+    again = doubled.measure(task, placement)
+    busy = [d for d, dev in enumerate(cost.devices) if dev.bwd_comp > 0]
+    assert busy and all(
+        again.devices[d].bwd_comp == pytest.approx(2 * cost.devices[d].bwd_comp) for d in busy
+    )
+    assert [d.fwd_comp for d in again.devices] == pytest.approx([d.fwd_comp for d in cost.devices])
 
 
 def test_moving_the_heaviest_table_onto_the_slowest_rank_costs_more():

@@ -42,7 +42,17 @@ CONSTANTS = {
 }
 LINKS = ("intra_gbps", "intra_latency_ms")
 REQUIRED = {"roofline": tuple(CONSTANTS), "calibrated": LINKS}
-TOP_KEYS = ("name", "description", "kernel", "topology", "matches", "envelope", "constants")
+# "points": what gpu_tasks/calibrate_hardware.py timed to measure a file (kept, not read)
+TOP_KEYS = (
+    "name",
+    "description",
+    "kernel",
+    "topology",
+    "matches",
+    "envelope",
+    "constants",
+    "points",
+)
 ENTRY_KEYS = ("low", "central", "high", "source")
 GENERIC_GPU = "generic-gpu"
 
