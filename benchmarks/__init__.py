@@ -7,7 +7,9 @@ Studies, one file each: `ood` (the default planner out of distribution, exact co
 measured cost, the cpu suites' held-out tasks), `ablation` (what each part of the default
 planner buys; `--backend fbgemm` on real kernels, its rows and report `ablation_fbgemm`'s),
 `speed` (planning time and peak memory at 856 and 10,000 tables, each planner in a process of
-its own) and `torchrec` (plans in real TorchRec training steps against TorchRec's planner).
+its own), `torchrec` (plans in real TorchRec training steps against TorchRec's planner) and
+`units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
+estimator, at the file's centre and corners).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -22,4 +24,5 @@ STUDIES = {
     "ablation": "benchmarks.ablation:STUDY",
     "ablation_fbgemm": "benchmarks.ablation:FBGEMM",  # `ablation --backend fbgemm`'s rows
     "planners": "benchmarks.planners:STUDY",
+    "units": "benchmarks.units:STUDY",
 }
