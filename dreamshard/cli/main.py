@@ -159,6 +159,10 @@ def cmd_place(args: argparse.Namespace) -> None:
             hardware=hardware,
         )
     elapsed = time.perf_counter() - start
+    # written before anything is printed: output piped into `head` must not lose the plan
+    wrote = args.out and PLAN_WRITERS[args.format](
+        task, placement, args, note, refinement, hardware
+    )
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
     ]
@@ -188,8 +192,8 @@ def cmd_place(args: argparse.Namespace) -> None:
         "key sums per device: dim; size = rows*dim; lookup = dim*pooling; "
         "size_lookup = lookup*log10(rows)"
     )
-    if args.out:
-        PLAN_WRITERS[args.format](task, placement, args, note, refinement, hardware)
+    if wrote:
+        print(wrote)
 
 
 def write_our_plan(task, placement, args, note, refinement, hardware) -> None:
@@ -197,14 +201,14 @@ def write_our_plan(task, placement, args, note, refinement, hardware) -> None:
 
     record = refinement and refinement.record()
     write_plan(task, placement, args.out, note, record, args.seed, hardware.record())
-    print(f"wrote {args.out}")
+    return f"wrote {args.out}"
 
 
 def write_sharding_plan(task, placement, args, _note, _refinement, _hardware) -> None:
     from dreamshard.integrations.torchrec_export import write_torchrec_plan
 
     write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
-    print(f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})")
+    return f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})"
 
 
 # `place --format`: the plan file's layouts
