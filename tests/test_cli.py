@@ -174,3 +174,25 @@ def test_optimizer_state_counts_in_memory(cli, tmp_path):
     assert all(d["memory_bytes"] <= 2**29 for d in plan["devices"])
     refused = cli(*args, "--optimizer", "adam", "--split", "none")
     assert refused.returncode == 2 and "more than one device" in refused.stderr
+
+
+def test_place_piped_into_a_closed_reader_still_writes_its_plan(tmp_path):
+    import shlex
+    import subprocess
+
+    from tests.conftest import SCRIPT
+
+    # a reader gone before the first line (`true`), and more than a pipe buffer of device rows
+    tables = generated_tables(tmp_path / "tables.json", 200)
+    plan = tmp_path / "plan.json"
+    words = [str(SCRIPT), *place_command(tables, 128, 1, "--out", str(plan))]
+    shell = f"{shlex.join(words)} | true"
+    result = subprocess.run(shell, shell=True, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert is_legal(*_plan_of(tables, plan))
+
+
+def _plan_of(tables, plan):
+    data = read_plan(plan)
+    task = PlacementTask(tuple(load_tables(tables)), data.num_devices, data.memory_cap_bytes)
+    return task, placement_from_plan(task, data)
