@@ -177,7 +177,14 @@ class UnitsStudy(Study):
         return out
 
     def details(self, rows: list[dict], figures: dict[str, Figure]) -> str:
-        lines = ["## Where the two judges differ: mean device terms (ms), centre", "", "```"]
+        ratios = [
+            [name.split(" vs ")[0], name.split(", ", 1)[1], figure.cell()]
+            for name, figure in figures.items()
+            if " vs best heuristic" in name
+        ]
+        lines = ["## Over the per-task best heuristic (memory-forced splits), scale tasks", ""]
+        lines += ["```", format_table(["arm", "judge", "ratio [95%]"], ratios), "```", ""]
+        lines += ["## Where the two judges differ: mean device terms (ms), centre", "", "```"]
         table = []
         for r in rows:
             for arm, terms in r.get("terms", {}).items():
