@@ -168,6 +168,10 @@ def test_place_plans_for_the_file_and_the_flags_override_it(cli, tmp_path):
     data = json.loads(plan.read_text())
     assert data["hardware"] == {"name": "h100-sxm", "sha256": h100.sha256}
     assert data["memory_cap_bytes"] == int(h100.value("memory_bytes") / GIB * GIB)
+    measured = cli(
+        "measure", "--tables", str(tables), "--plan", str(plan), "--backend", "simulated"
+    )
+    assert "roofline" in measured.stdout and "hardware h100-sxm" in measured.stdout
     result = cli(*base, "--hardware", "h100-sxm", "--topology", "nvlink", "--mem-gb", "2")
     assert result.returncode == 0, result.stderr
     assert "topology nvlink)" in result.stdout

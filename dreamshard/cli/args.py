@@ -46,7 +46,10 @@ HARDWARE_HELP = (
 
 def hardware_name(text: str) -> str:
     """An argparse type: a hardware file's name or path, read and checked here (one line on a
-    bad one); the name or path passes on, so a job can make the backend again."""
+    bad one); the name or path passes on, so a job can make the backend again. "" (a
+    config's "none given", which argparse passes through its type) stays "" ."""
+    if text == "":
+        return text
     from dreamshard.costs.hardware import load_hardware
 
     try:
@@ -76,6 +79,27 @@ def chosen_hardware(args: argparse.Namespace):
         hardware = load_hardware(args.hardware)
         return hardware, f"hardware: {hardware.name} (--hardware)"
     return detect_hardware()
+
+
+def plan_hardware(args: argparse.Namespace, data):
+    """The hardware file a plan is judged for: `--hardware`, else the shipped file the plan
+    records (ours, `data` its content; its content hash must match), else this host's."""
+    from dreamshard.costs.hardware import known_hardware, load_hardware
+
+    recorded = data.get("hardware") if isinstance(data, dict) else None
+    if (
+        not args.hardware
+        and isinstance(recorded, dict)
+        and recorded.get("name") in known_hardware()
+    ):
+        hardware = load_hardware(recorded["name"])
+        if hardware.sha256 != recorded.get("sha256"):
+            raise DreamshardError(
+                f"{args.plan} was planned for another version of the {hardware.name} hardware "
+                "file (its sha256 differs); give --hardware NAME|FILE to judge it"
+            )
+        return hardware
+    return chosen_hardware(args)[0]
 
 
 def plan_topology(topology: str | None, hardware) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from dreamshard.cli.args import (
     hardware_option,
     load_table_source,
+    plan_hardware,
     positive,
     table_source_options,
     topology_name,
@@ -21,7 +22,7 @@ from dreamshard.errors import DreamshardError
 from dreamshard.report import format_table
 
 
-def _backend_spec(args: argparse.Namespace):
+def _backend_spec(args: argparse.Namespace, recorded: dict | None = None):
     from dreamshard.costs.backends import JUDGES
     from dreamshard.costs.fanout import BackendSpec
 
@@ -32,7 +33,11 @@ def _backend_spec(args: argparse.Namespace):
                 f"the {args.backend} judge times nothing; drop {', '.join(given)}"
             )
     hardware = getattr(args, "hardware", None)
-    if hardware is None and args.backend == "simulated":  # this host's (cpu without a GPU)
+    if hardware is None and recorded is not None and args.backend in ("simulated", *JUDGES):
+        # a plan judged for the hardware file it records (else this host's)
+        found = plan_hardware(args, recorded)
+        hardware = found.name if found.is_gpu or args.backend == "simulated" else None
+    elif hardware is None and args.backend == "simulated":  # this host's (cpu without a GPU)
         from dreamshard.costs.hardware import detect_hardware
 
         hardware = detect_hardware()[0].name
@@ -46,8 +51,8 @@ def _backend_spec(args: argparse.Namespace):
     )
 
 
-def _backend(args: argparse.Namespace):
-    return _backend_spec(args).build()
+def _backend(args: argparse.Namespace, recorded: dict | None = None):
+    return _backend_spec(args, recorded).build()
 
 
 def format_cost(cost: PlacementCost, config: dict) -> str:
@@ -90,7 +95,8 @@ def cmd_measure(args: argparse.Namespace) -> None:
     )
     task.validate()
     placement = placement_from_plan(task, plan, where)
-    backend = _backend(args)
+    recorded = {"hardware": plan.hardware.model_dump()} if plan.hardware else {}
+    backend = _backend(args, recorded)
     cost = backend.measure(task, placement)
     if args.json:
         print(

@@ -7,9 +7,9 @@ import argparse
 import json
 
 from dreamshard.cli.args import (
-    chosen_hardware,
     hardware_option,
     load_table_source,
+    plan_hardware,
     positive,
     table_source_options,
 )
@@ -33,27 +33,6 @@ def read_plan(args: argparse.Namespace):
     task = plan_task(args, data)
     task.validate()
     return data, task, read_any_plan(args.plan, task, args.module_path, data)
-
-
-def plan_hardware(args: argparse.Namespace, data):
-    """The hardware file a plan is judged for: `--hardware`, else the shipped file the plan
-    records (ours; its content hash must match), else this host's."""
-    from dreamshard.costs.hardware import known_hardware, load_hardware
-
-    recorded = data.get("hardware") if isinstance(data, dict) else None
-    if (
-        not args.hardware
-        and isinstance(recorded, dict)
-        and recorded.get("name") in known_hardware()
-    ):
-        hardware = load_hardware(recorded["name"])
-        if hardware.sha256 != recorded.get("sha256"):
-            raise DreamshardError(
-                f"{args.plan} was planned for another version of the {hardware.name} hardware "
-                "file (its sha256 differs); give --hardware NAME|FILE to judge it"
-            )
-        return hardware
-    return chosen_hardware(args)[0]
 
 
 def plan_task(args: argparse.Namespace, data) -> PlacementTask:
