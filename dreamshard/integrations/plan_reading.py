@@ -117,8 +117,7 @@ def table_sharding(
     name = table.name
     if kind not in MAPPED_TYPES:
         raise DreamshardError(
-            f"table {name}: sharding type {kind!r} does not map to ours "
-            f"({', '.join(MAPPED_TYPES)})"
+            f"table {name}: sharding type {kind!r} does not map to ours ({', '.join(MAPPED_TYPES)})"
         )
     if shards and [s.rank for s in shards] != ranks:
         raise DreamshardError(
