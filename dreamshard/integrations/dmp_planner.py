@@ -80,8 +80,10 @@ class DreamShardPlanner(ShardingPlanner):
     holds; TorchRec shards rows on GPUs only), "none" keeps them whole (`docs/splitting.md`).
     `constraints`: dreamshard's `Constraints` (pins, groups, tables kept whole or sharded so),
     or TorchRec's `{table: ParameterConstraints}` where their sharding types map
-    (`as_constraints`). Across hosts (world size above the topology's local world size) the
-    method plans for the
+    (`as_constraints`). `seed`, `samples` and `time_budget` (seconds; None: the method's
+    default) are `dreamshard place`'s `--seed`, `--samples` and `--time-budget`: the method
+    plans through the registry as `place` does, so the same task gives the same plan. Across
+    hosts (world size above the topology's local world size) the method plans for the
     topology's hosts and its intra- and inter-host bandwidths (`links_of`); on one host it keeps
     its own exchange model (a model's: the one it was trained on).
     """
@@ -99,10 +101,12 @@ class DreamShardPlanner(ShardingPlanner):
         seed: int = 0,
         samples: int = 8,
         constraints=None,
+        time_budget: float | None = None,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
         self.topology = topology if topology is not None else default_topology()
         self.method, self.model, self.seed, self.samples = method, model, seed, samples
+        self.time_budget = time_budget
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
         self.reserve, self.optimizer, self.split = reserve, optimizer, split
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
@@ -158,7 +162,12 @@ class DreamShardPlanner(ShardingPlanner):
         if self._options is None:  # once: a registered model loads in seconds
             model = self._planner.load_model(self.model)
             self._options = PlanOptions(
-                self.seed, model, self.samples, self.split, topology=links_of(self.topology)
+                self.seed,
+                model,
+                self.samples,
+                self.split,
+                self.time_budget,
+                topology=links_of(self.topology),
             )
         try:
             placement = self._planner.place(task, self._options)
