@@ -10,3 +10,9 @@ class DreamshardError(Exception):
 
 class InfeasibleError(DreamshardError):
     """No legal placement exists (or none could be found) under the memory caps."""
+
+
+class IllegalPlanError(DreamshardError):
+    """A plan read as written that breaks its task (a rank outside the devices, a table
+    missing, shards past a table's edge, overlapping or leaving a gap): `dreamshard check`
+    reports it as an illegal plan (exit 1), not as one it could not read (exit 2)."""

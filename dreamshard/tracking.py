@@ -14,6 +14,7 @@ call each process makes to a local sqlite store holds a lock file beside the dat
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -34,11 +35,16 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
 from dreamshard.costs.dataset import hardware, versions  # noqa: E402
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.errors import DreamshardError  # noqa: E402
+from dreamshard.files import validate  # noqa: E402
 from dreamshard.learn.model_file import DreamShardModel, load_model  # noqa: E402
-from dreamshard.placement.tasks import Placement, PlacementTask  # noqa: E402
-from dreamshard.planners.dreamshard_planner import dreamshard_place  # noqa: E402
+from dreamshard.placement.constraints import Constraints, ConstraintsFile  # noqa: E402
+from dreamshard.placement.planner import PlanOptions  # noqa: E402
+from dreamshard.placement.registry import place  # noqa: E402
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_task  # noqa: E402
 from dreamshard.state import state_dir  # noqa: E402
+from dreamshard.tables.sources import BIN_COLUMNS, table_from_record  # noqa: E402
 from dreamshard.tables.table import Table  # noqa: E402
 
 POLICY_MODEL = "dreamshard-policy"
@@ -164,26 +170,79 @@ def run_tags() -> dict[str, str]:
 
 # --- the registered model flavour -------------------------------------------------------------
 
-TABLE_COLUMNS = ("name", "rows", "dim", "pooling_factor")
+TABLE_COLUMNS = ("name", "rows", "dim", "pooling_factor")  # then, optional, bin_0..bin_16
 
 
 def tables_from_frame(frame: pd.DataFrame) -> tuple[Table, ...]:
-    """Tables from a model input frame: name, rows, dim, pooling_factor (histogram: default)."""
+    """Tables from a model input frame: name, rows, dim, pooling_factor and, optional, the
+    access histogram's 17 columns bin_0..bin_16 (all or none; none: the default histogram),
+    each row checked as a table file's record is."""
     missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
     if missing:
         raise DreamshardError(f"model input lacks column(s) {', '.join(missing)}")
+    columns = [c for c in (*TABLE_COLUMNS, *BIN_COLUMNS) if c in frame.columns]
+    records = frame[columns].astype(object).where(frame[columns].notna(), None)
     return tuple(
-        Table(str(r["name"]), int(r["rows"]), int(r["dim"]), float(r["pooling_factor"]))
-        for r in frame.to_dict("records")
+        table_from_record(record, f"model input row {i}")
+        for i, record in enumerate(records.to_dict("records"))
+    )
+
+
+def plan_options(model, params: dict) -> tuple[PlanOptions, Constraints | None]:
+    """The params as `PlanOptions` (and the constraints), as `place` takes them: a time budget
+    of 0 and empty constraints or topology mean the planner's own; a hardware file's name (""
+    for cpu) is planned for as `place --hardware` plans for it."""
+    constraints = None
+    if params["constraints"]:
+        try:
+            data = json.loads(params["constraints"])
+        except ValueError as exc:
+            raise DreamshardError(f"params constraints: not JSON ({exc})") from None
+        constraints = validate(ConstraintsFile, data, "params constraints").constraints()
+    hardware = load_hardware(str(params["hardware"]) or "cpu")  # DreamshardError: one line
+    topology = str(params["topology"]) or (hardware.topology_name() if hardware.is_gpu else None)
+    options = PlanOptions(
+        int(params["seed"]),
+        model,
+        int(params["samples"]),
+        str(params["split"]),
+        float(params["time_budget"]) or None,
+        constraints,
+        topology=topology,
+        hardware=hardware,
+    )
+    return options, constraints
+
+
+def placement_frame(task: PlacementTask, placement: Placement) -> pd.DataFrame:
+    """One row per shard: its table (`name`), the shard (`shard`: the table's own name when
+    whole, else `name[c0:c1]`, `name[r0:r1]` or `name[dp r]`), how it is cut (`kind`: "whole",
+    "column", "row", "table_row" or "replica") and its `device`."""
+    shards = placement_task(task, placement).tables
+    return pd.DataFrame(
+        {
+            "name": [s.shard.of if s.shard else s.name for s in shards],
+            "shard": [s.name for s in shards],
+            "kind": [s.shard.kind if s.shard else "whole" for s in shards],
+            "device": [int(d) for d in placement.devices],
+        }
     )
 
 
 class PlacementModel(mlflow.pyfunc.PythonModel):
     """pyfunc wrapper of a dreamshard model file.
 
-    kind "policy": input one row per table, params num_devices, memory_cap_bytes, precision;
-    output the device of each table. kind "costnet": the same rows with a `device` column;
-    output the predicted per-device costs (ms) and, in every row, the overall cost.
+    kind "policy": input one row per table (name, rows, dim, pooling_factor; bin_0..bin_16
+    optional), params (`DEFAULT_PARAMS`) num_devices, memory_cap_bytes, precision, optimizer,
+    samples, seed, split ("auto" or "none"), time_budget (seconds; 0: the planner's default),
+    constraints (a constraints file's JSON; "": none), topology ("": the hardware file's links
+    for a GPU file, else the model's own) and hardware (a shipped hardware file's name, as
+    `place --hardware`; "": cpu). It
+    plans through the registry's `dreamshard` planner, as `dreamshard place --method dreamshard
+    --model` and `DreamShardPlanner` do, so its splits, time budget and constraints are theirs:
+    the same task and seed give the same plan. Output: one row per shard (`placement_frame`).
+    kind "costnet": the tables with a `device` column (whole tables); output the predicted
+    per-device costs (ms) and, in every row, the overall cost.
     """
 
     def __init__(self, kind: str = "policy"):
@@ -195,15 +254,17 @@ class PlacementModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None):
         params = {**DEFAULT_PARAMS, **(params or {})}
+        options, constraints = plan_options(self.model, params)
         task = PlacementTask(
             tables_from_frame(model_input),
             int(params["num_devices"]),
             int(params["memory_cap_bytes"]),
             str(params["precision"]),
+            optimizer=str(params["optimizer"]),
+            constraints=constraints,
         )
         if self.kind == "policy":
-            placement = dreamshard_place(task, self.model, int(params["samples"]))
-            return pd.DataFrame({"name": model_input["name"], "device": placement.devices})
+            return placement_frame(task, place(task, "dreamshard", options=options))
         placement = Placement(tuple(int(d) for d in model_input["device"]), "given")
         devices, overall = self.model.costnet.predict_ms(task, placement)
         frame = pd.DataFrame(devices, columns=["fwd_comp", "bwd_comm", "bwd_comp"])
@@ -212,7 +273,19 @@ class PlacementModel(mlflow.pyfunc.PythonModel):
         return frame
 
 
-DEFAULT_PARAMS = {"num_devices": 4, "memory_cap_bytes": 2**30, "precision": "fp16", "samples": 8}
+DEFAULT_PARAMS = {
+    "num_devices": 4,
+    "memory_cap_bytes": 2**30,
+    "precision": "fp16",
+    "optimizer": "sgd",
+    "samples": 8,
+    "seed": 0,
+    "split": "auto",
+    "time_budget": 0.0,
+    "constraints": "",
+    "topology": "",
+    "hardware": "",
+}
 
 
 def _example(kind: str) -> pd.DataFrame:
@@ -224,19 +297,35 @@ def _example(kind: str) -> pd.DataFrame:
             "pooling_factor": [12.0, 1.0],
         }
     )
+    for j, column in enumerate(BIN_COLUMNS):  # half once, half twice: a valid histogram
+        frame[column] = [0.5 if j < 2 else 0.0] * 2
     if kind == "costnet":
         frame["device"] = [0, 1]
     return frame
 
 
+def model_signature(kind: str, wrapper: PlacementModel):
+    """The signature: the example's columns, the histogram's optional, and the params."""
+    from mlflow.models import infer_signature
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ColSpec, Schema
+
+    example = _example(kind)
+    inferred = infer_signature(example, wrapper.predict(None, example), params=DEFAULT_PARAMS)
+    inputs = Schema(
+        [
+            ColSpec(spec.type, spec.name, required=spec.name not in BIN_COLUMNS)
+            for spec in inferred.inputs.inputs
+        ]
+    )
+    return ModelSignature(inputs, inferred.outputs, inferred.params), example
+
+
 def log_registered_model(model_path: str | Path, name: str, kind: str, tags: dict) -> str:
     """Log the model file under the active run, register it as `name`; returns the version."""
-    from mlflow.models import infer_signature
-
     wrapper = PlacementModel(kind)
     wrapper.model = load_model(model_path)
-    example = _example(kind)
-    signature = infer_signature(example, wrapper.predict(None, example), params=DEFAULT_PARAMS)
+    signature, example = model_signature(kind, wrapper)
     requirements = [f"{p}=={version(p)}" for p in ("torch", "numpy", "pandas", "mlflow")]
     info = mlflow.pyfunc.log_model(
         name=kind,

@@ -17,6 +17,7 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
 from torchrec.distributed.embedding import EmbeddingCollectionSharder  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import Topology  # noqa: E402
+from torchrec.distributed.test_utils.emb_sharder import TestEBCSharder  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 from dreamshard.costs.torchrun import run_job  # noqa: E402
@@ -192,11 +193,17 @@ def test_the_sharders_fused_optimizer_keeps_state_the_plan_counts():
     ("model", "kwargs", "words"),
     [
         (nn.Sequential(nn.Linear(4, 1)), {}, "no EmbeddingBagCollection with tables"),
-        (TinyRecModel((*TABLES, ("huge", 40_000, 16, 1))), {}, "table huge needs"),
+        (TinyRecModel((*TABLES, ("huge", 40_000, 16, 1))), {}, "table huge (2.44 MiB) fits no"),
         (TinyRecModel(), {"batches": [kjt({"user": [[1]]})]}, "no feature 'item'"),
         (TinyRecModel(), {"sharders": [EmbeddingCollectionSharder()]}, "no sharder for"),
+        (
+            TinyRecModel((*TABLES, ("huge", 40_000, 16, 1))),
+            {"sharders": [TestEBCSharder("row_wise", "fused")]},
+            "table huge (2.44 MiB) fits no device of 1 MiB in any sharding its sharder offers "
+            "(row_wise)",
+        ),
     ],
-    ids=["no-tables", "table-fits-no-device", "batches-miss-a-feature", "no-sharder"],
+    ids=["no-tables", "table-fits-no-device", "batches-miss-a-feature", "no-sharder", "offered"],
 )
 def test_what_it_cannot_plan_is_one_line_naming_it(model, kwargs, words):
     sharders = kwargs.pop("sharders", None)
@@ -261,4 +268,4 @@ def test_dmp_trains_with_the_collective_plan_on_two_gloo_ranks(method, model_fil
     assert losses[-5:].mean() < 0.85 * losses[:5].mean(), losses
     # a plan that cannot succeed reached every rank as rank 0's one line, and nobody hung
     first, second = result["refused"]
-    assert first == second and "table huge needs" in first
+    assert first == second and "table huge (2.44 MiB) fits no device" in first

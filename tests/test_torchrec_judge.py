@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("torchrec")
 
 from dreamshard.errors import DreamshardError  # noqa: E402
+from dreamshard.integrations.plan_reading import placement_from_sharding  # noqa: E402
 from dreamshard.integrations.torchrec_judge import (  # noqa: E402
     torchrec_judge,
     torchrec_rank_perfs,
 )
 from dreamshard.integrations.torchrec_planner import (  # noqa: E402
-    placement_from_sharding,
     quiet_torchrec,
     torchrec_place,
     torchrec_request,

@@ -9,11 +9,8 @@ Its storage reservation is off, as for every other arm of the study: on the CPU 
 from __future__ import annotations
 
 from dreamshard.errors import DreamshardError
-from dreamshard.integrations.torchrec_planner import (
-    placement_from_sharding,
-    quiet_torchrec,
-    torchrec_request,
-)
+from dreamshard.integrations.plan_reading import placement_from_sharding
+from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.placement.tasks import PlacementTask, placement_problem
 
 DEFAULTS = "torchrec defaults"  # the arm's name

@@ -9,11 +9,8 @@ import logging
 
 from dreamshard.costs.hardware import Hardware
 from dreamshard.errors import DreamshardError
-from dreamshard.integrations.torchrec_planner import (
-    placement_from_sharding,
-    quiet_torchrec,
-    torchrec_request,
-)
+from dreamshard.integrations.plan_reading import placement_from_sharding
+from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_request
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 
 

@@ -13,8 +13,9 @@ from dreamshard.cli.args import (
     positive,
     table_source_options,
 )
-from dreamshard.errors import DreamshardError
+from dreamshard.errors import DreamshardError, IllegalPlanError
 from dreamshard.files import read_json
+from dreamshard.integrations.torchrec_export import TORCHREC_PLAN_FORMAT, check_plan_dict
 from dreamshard.placement.plan_file import PLAN_FORMAT
 from dreamshard.placement.tasks import GIB, PlacementTask
 from dreamshard.report import format_table
@@ -37,21 +38,19 @@ def read_plan(args: argparse.Namespace):
 
 def plan_task(args: argparse.Namespace, data) -> PlacementTask:
     """The task a plan file (its content `data`) places: its tables, and the devices, memory
-    per device, precision, optimizer and constraints the plan records (ours) or the flags give
-    (a TorchRec plan records only its ranks); a flag given overrides the plan."""
+    per device, precision, optimizer and constraints the plan records (ours; a TorchRec plan
+    records its device count, where `place --format torchrec` wrote it) or the flags give; a
+    flag given overrides the plan. A plan that records no device count needs --devices: its
+    ranks are what is checked, not what sets the devices."""
     ours = isinstance(data, dict) and data.get("format") == PLAN_FORMAT
     recorded = data if ours else {}
+    if not ours and isinstance(data, dict) and data.get("format") == TORCHREC_PLAN_FORMAT:
+        try:  # its layout and types first: a device count of "4" is not one
+            check_plan_dict(data)
+        except DreamshardError as exc:
+            raise DreamshardError(f"{args.plan}: {exc}") from None
+        recorded = {"num_devices": data.get("num_devices")}  # 0 or absent: none recorded
     devices = args.devices or recorded.get("num_devices")
-    if devices is None and isinstance(data, dict):  # a TorchRec plan: its highest rank + 1
-        ranks = [
-            r
-            for tables in (data.get("plan") or {}).values()
-            if isinstance(tables, dict)
-            for entry in tables.values()
-            if isinstance(entry, dict)
-            for r in entry.get("ranks") or []
-        ]
-        devices = max(ranks) + 1 if ranks else None
     if not devices:
         raise DreamshardError(f"{args.plan}: it records no device count; give --devices")
     cap = int(args.mem_gb * GIB) if args.mem_gb else recorded.get("memory_cap_bytes")
@@ -78,7 +77,14 @@ def plan_task(args: argparse.Namespace, data) -> PlacementTask:
 def cmd_check(args: argparse.Namespace) -> int:
     from dreamshard.integrations.plan_check import check_plan
 
-    data, task, placement = read_plan(args)
+    try:
+        data, task, placement = read_plan(args)
+    except IllegalPlanError as exc:  # read, but no placement of the task: illegal, said in a line
+        if args.format == "json":
+            print(json.dumps({"task": str(args.plan), "legal": False, "problem": str(exc)}))
+        else:
+            print(f"{args.plan}: legal: no: {exc}")
+        return ILLEGAL
     hardware = plan_hardware(args, data)
     report = check_plan(task, placement, args.model, not args.no_compare, hardware)
     if args.format == "json":

@@ -6,5 +6,6 @@ statistics; `dmp_planner`: `DreamShardPlanner`, TorchRec's planner interface for
 DistributedModelParallel (importing it imports TorchRec); `dmp_backend`: the `dmp` cost
 backend, real TorchRec training steps under torchrun (the program is `gpu_tasks/dmp_step.py`);
 `plan_check`: `dreamshard check`, an existing plan's legality, memory (ours and TorchRec's),
-predicted cost and dreamshard's plan beside it (a live `ShardingPlan` too).
+predicted cost and dreamshard's plan beside it (a live `ShardingPlan` too); `plan_reading`:
+any TorchRec plan (live, or its JSON form) read back as our placement, checked as it is read.
 May import: every stage below (TorchRec only when called, or in `dmp_planner`)."""

@@ -8,8 +8,13 @@ It reads every `EmbeddingBagCollection` in the model (`torchrec_tables`), makes 
 task over all their tables with the memory of TorchRec's `Topology` (after TorchRec's storage
 reservation unless `reserve=False`), places it with any registered method (`placement.registry`),
 and hands back the placement as a `ShardingPlan` with one module plan per collection
-(`torchrec_export`), its shards on the topology's compute device. A table it cannot place, or a
-model without tables, is one DreamshardError line, on every rank under `collective_plan`.
+(`torchrec_export`), its shards on the topology's compute device. It plans within what each
+collection's sharder offers on the compute device, as TorchRec's planner does: the sharding
+types with a kernel there become `Constraints.offered` (a sharder offering only column_wise
+gives a column-wise plan, whole tables as one column shard; only row_wise, a row-wise one; the
+default sharder on a CPU, no row-wise), and each entry takes the sharder's kernel (fused, else
+dense, else its first). A table no offered kind holds, or a model without tables, is one
+DreamshardError line, on every rank under `collective_plan`.
 Importing this module imports TorchRec (`make torchrec`).
 """
 
@@ -78,8 +83,10 @@ class DreamShardPlanner(ShardingPlanner):
     holds; TorchRec shards rows on GPUs only), "none" keeps them whole (`docs/splitting.md`).
     `constraints`: dreamshard's `Constraints` (pins, groups, tables kept whole or sharded so),
     or TorchRec's `{table: ParameterConstraints}` where their sharding types map
-    (`as_constraints`). Across hosts (world size above the topology's local world size) the
-    method plans for the
+    (`as_constraints`). `seed`, `samples` and `time_budget` (seconds; None: the method's
+    default) are `dreamshard place`'s `--seed`, `--samples` and `--time-budget`: the method
+    plans through the registry as `place` does, so the same task gives the same plan. Across
+    hosts (world size above the topology's local world size) the method plans for the
     topology's hosts and its intra- and inter-host bandwidths (`links_of`); on one host it keeps
     its own exchange model (a model's: the one it was trained on).
     `hardware`: the hardware file planned for (a shipped name, a path or a `Hardware`; None:
@@ -101,12 +108,14 @@ class DreamShardPlanner(ShardingPlanner):
         seed: int = 0,
         samples: int = 8,
         constraints=None,
+        time_budget: float | None = None,
         hardware=None,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
         self.hardware = planner_hardware(hardware)
         self.topology = topology if topology is not None else default_topology()
         self.method, self.model, self.seed, self.samples = method, model, seed, samples
+        self.time_budget = time_budget
         self.batches = list(batches) if batches is not None and not _is_kjt(batches) else batches
         self.reserve, self.optimizer, self.split = reserve, optimizer, split
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
@@ -130,7 +139,10 @@ class DreamShardPlanner(ShardingPlanner):
             precision="fp16" if precisions == {"fp16"} else "fp32",  # mixed: counted wide
             name=f"{type(module).__name__} ({len(tables)} tables)",
             optimizer=self.optimizer or fused_optimizer(module, sharders),
-            constraints=as_constraints(self.constraints, tables),
+            constraints=joined(
+                as_constraints(self.constraints, tables),
+                offered_constraints(module, sharders, tables, self.topology.compute_device),
+            ),
         )
 
     def memory_per_device(self, module, sharders: list, tables: list[ModelTable]) -> int:
@@ -163,6 +175,7 @@ class DreamShardPlanner(ShardingPlanner):
                 model,
                 self.samples,
                 self.split,
+                self.time_budget,
                 topology=planner_links(self.topology, self.hardware),
                 hardware=self.hardware,
             )
@@ -184,8 +197,15 @@ class DreamShardPlanner(ShardingPlanner):
         )
         entries = data["plan"][""]
         modules: dict[str, dict] = {}
+        device = topology.compute_device
         for t in tables:
-            modules.setdefault(t.module_path, {})[t.config_name] = entries[t.table.name]
+            sharder = sharder_for(module.get_submodule(t.module_path), sharders)
+            entry = (
+                entries[t.table.name]
+                if sharder is None
+                else offered_entry(entries[t.table.name], sharder, device)
+            )
+            modules.setdefault(t.module_path, {})[t.config_name] = entry
         for path, module_plan in modules.items():
             check_sharder(module.get_submodule(path), path, module_plan, sharders, self.topology)
         data["plan"] = modules
@@ -222,10 +242,64 @@ class DreamShardPlanner(ShardingPlanner):
         return result[0]
 
 
+def sharder_for(collection, sharders: list):
+    """The first sharder that takes `collection` (as DistributedModelParallel picks), or None."""
+    return next((s for s in sharders if isinstance(collection, s.module_type)), None)
+
+
+# the sharding types our placements map to (TorchRec's names)
+OUR_TYPES = ("table_wise", "column_wise", "row_wise", "data_parallel", "table_row_wise")
+KERNELS = ("fused", "dense")  # the kernels the export writes, the one it prefers first
+
+
+def offered_types(sharder, device: str) -> tuple[str, ...]:
+    """The sharding types of ours that `sharder` offers on `device` with some kernel."""
+    offered = set(sharder.sharding_types(device))
+    return tuple(t for t in OUR_TYPES if t in offered and sharder.compute_kernels(t, device))
+
+
+def offered_constraints(module, sharders: list, tables: list[ModelTable], device: str):
+    """`Constraints.offered` for the tables whose collection's sharder does not offer every
+    sharding type of ours on `device` (None when every sharder does): the planner plans within
+    what each sharder offers, as TorchRec's planner does."""
+    offered = []
+    for t in tables:
+        sharder = sharder_for(module.get_submodule(t.module_path), sharders)
+        if sharder is None:  # `check_sharder` says so once the plan is made
+            continue
+        types = offered_types(sharder, device)
+        if len(types) < len(OUR_TYPES):
+            offered.append((t.table.name, types))
+    return Constraints(offered=tuple(offered)) if offered else None
+
+
+def joined(first: Constraints | None, second: Constraints | None) -> Constraints | None:
+    """Both sets of constraints, or the one given."""
+    if first is None or second is None:
+        return first or second
+    return first.merged(second)
+
+
+def offered_entry(entry: dict, sharder, device: str) -> dict:
+    """A table's exported entry in what `sharder` offers on `device`: a whole table column-wise
+    (one shard, the same offsets and sizes) where table_wise is not offered, and the first of
+    the sharder's kernels for the type among fused and dense (else its first) where the
+    entry's is not offered. Anything else stays; `check_sharder` refuses what is still off."""
+    kind = entry["sharding_type"]
+    offered = sharder.sharding_types(device)
+    if kind == "table_wise" and kind not in offered and "column_wise" in offered:
+        kind = "column_wise"
+    kernels = sharder.compute_kernels(kind, device) if kind in offered else []
+    kernel = entry["compute_kernel"]
+    if kernels and kernel not in kernels:
+        kernel = next((k for k in KERNELS if k in kernels), kernels[0])
+    return {**entry, "sharding_type": kind, "compute_kernel": kernel}
+
+
 def check_sharder(collection, path: str, module_plan: dict, sharders: list, topology) -> None:
     """DreamshardError unless a sharder takes the collection with the plan's sharding types and
     kernels on the topology's device (DistributedModelParallel would fail later, less clearly)."""
-    sharder = next((s for s in sharders if isinstance(collection, s.module_type)), None)
+    sharder = sharder_for(collection, sharders)
     where = (
         f"the EmbeddingBagCollection at {path!r}" if path else "the model's EmbeddingBagCollection"
     )

@@ -28,8 +28,9 @@ import numpy as np
 
 from dreamshard.costs.hardware import Hardware
 from dreamshard.costs.simulated import SimulatedBackend, analytic_judge
-from dreamshard.errors import DreamshardError
+from dreamshard.errors import DreamshardError, IllegalPlanError
 from dreamshard.files import read_json
+from dreamshard.integrations.torchrec_export import TORCHREC_PLAN_FORMAT
 from dreamshard.learn.model_file import resolve_model
 from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.plan_file import PLAN_FORMAT, placement_from_plan
@@ -185,31 +186,36 @@ def read_any_plan(path: str | Path, task: PlacementTask, module_path: str, data=
     data = read_json(path, "plan file") if data is None else data
     if isinstance(data, dict) and data.get("format") == PLAN_FORMAT:
         return placement_from_plan(task, data, str(path), check=False)
-    from dreamshard.integrations.torchrec_export import check_plan_dict, sharding_plan_from_dict
-    from dreamshard.integrations.torchrec_planner import placement_from_sharding
+    from dreamshard.integrations.plan_reading import placement_from_sharding
+    from dreamshard.integrations.torchrec_export import table_shardings
 
     try:
-        check_plan_dict(data)
+        shardings = table_shardings(data, module_path)
     except DreamshardError as exc:
+        if isinstance(data, dict) and data.get("format") == TORCHREC_PLAN_FORMAT:
+            raise DreamshardError(f"{path}: {exc}") from None
         raise DreamshardError(
             f"{path}: neither a dreamshard plan ('format': {PLAN_FORMAT!r}) nor a TorchRec plan "
             f"({exc})"
         ) from None
-    plan = sharding_plan_from_dict(data)
-    if module_path not in plan.plan:
-        raise DreamshardError(
-            f"{path}: the TorchRec plan has no module {module_path!r}; it has {sorted(plan.plan)} "
-            "(--module-path)"
-        )
-    return placement_from_sharding(task, plan.plan[module_path], data.get("method") or "torchrec")
+    try:
+        return placement_from_sharding(task, shardings, data.get("method") or "torchrec")
+    except IllegalPlanError:
+        raise
+    except DreamshardError as exc:
+        raise DreamshardError(f"{path}: {exc}") from None
 
 
 def check_sharding_plan(module, plan, topology=None, model=None, **planner_options) -> PlanCheck:
     """`check_plan` for a live TorchRec `ShardingPlan` of `module`: the task as
     `DreamShardPlanner` sees the model (its tables and statistics, `topology`'s devices and
-    memory after the reservation; `planner_options` go to it), the plan's placement of it."""
+    memory after the reservation; `planner_options` go to it), the plan's placement of it,
+    read as `dreamshard check` reads a plan file (`plan_reading`): IllegalPlanError for a plan
+    that breaks the task before it can be placed (a table missing, a rank outside the devices,
+    shards past a table's edge, overlapping or leaving a gap), DreamshardError for one that does
+    not map to ours."""
     from dreamshard.integrations.dmp_planner import DreamShardPlanner
-    from dreamshard.integrations.torchrec_planner import placement_from_sharding
+    from dreamshard.integrations.plan_reading import placement_from_sharding
 
     planner = DreamShardPlanner(topology, **planner_options)
     tables = planner.tables(module)
@@ -218,6 +224,6 @@ def check_sharding_plan(module, plan, topology=None, model=None, **planner_optio
     for table in tables:
         module_plan = plan.plan.get(table.module_path)
         if module_plan is None or table.config_name not in module_plan:
-            raise DreamshardError(f"the ShardingPlan has no entry for table {table.table.name}")
+            raise IllegalPlanError(f"table {table.table.name} is missing from the plan")
         entries[table.table.name] = module_plan[table.config_name]
     return check_plan(task, placement_from_sharding(task, entries, "torchrec"), model)

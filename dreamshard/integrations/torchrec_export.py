@@ -29,8 +29,13 @@ from typing import Any
 
 from dreamshard.errors import DreamshardError
 from dreamshard.files import read_json, write_json_atomic
-from dreamshard.integrations.torchrec_planner import (
+from dreamshard.integrations.plan_reading import (
+    ShardExtent,
+    TableSharding,
     placement_from_sharding,
+    shard_rank,
+)
+from dreamshard.integrations.torchrec_planner import (
     quiet_torchrec,
     require_torchrec,
     torchrec_request,
@@ -251,9 +256,13 @@ def read_torchrec_plan(path: str | Path) -> dict[str, Any]:
 
 
 def check_plan_dict(data: Any) -> dict[str, Any]:
-    """`data` itself when it has the layout above, else DreamshardError naming what is off."""
+    """`data` itself when it has the layout above with its JSON types (counts and offsets
+    integers, names strings), else DreamshardError naming what is off."""
     if not isinstance(data, dict) or data.get("format") != TORCHREC_PLAN_FORMAT:
         raise DreamshardError(f"not a TorchRec plan: 'format' is not {TORCHREC_PLAN_FORMAT!r}")
+    devices = data.get("num_devices", 0)
+    if not is_int(devices) or devices < 0:
+        raise DreamshardError(f"'num_devices' is {devices!r}, not a device count")
     modules = data.get("plan")
     if not isinstance(modules, dict):
         raise DreamshardError("the TorchRec plan has no 'plan' object")
@@ -264,14 +273,66 @@ def check_plan_dict(data: Any) -> dict[str, Any]:
             missing = [k for k in SHARDING_KEYS if not isinstance(entry, dict) or k not in entry]
             if missing:
                 raise DreamshardError(f"table {name!r} has no {missing[0]!r}")
-            for shard in entry["shards"]:
-                if not isinstance(shard, dict) or not {"offsets", "sizes", "placement"} <= set(
-                    shard
-                ):
-                    raise DreamshardError(
-                        f"table {name!r} has a shard without offsets, sizes and placement"
-                    )
+            check_entry_types(name, entry)
     return data
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_entry_types(name: str, entry: dict) -> None:
+    """DreamshardError naming the first field of a table's entry with the wrong JSON type."""
+    for key in ("sharding_type", "compute_kernel"):
+        if not isinstance(entry[key], str):
+            raise DreamshardError(f"table {name!r}: {key} {entry[key]!r} is not a string")
+    ranks = entry["ranks"]
+    if not isinstance(ranks, list) or not all(is_int(r) for r in ranks):
+        raise DreamshardError(f"table {name!r}: ranks {ranks!r} is not a list of integers")
+    if not isinstance(entry["shards"], list):
+        raise DreamshardError(f"table {name!r}: shards {entry['shards']!r} is not a list")
+    for shard in entry["shards"]:
+        if not isinstance(shard, dict) or not {"offsets", "sizes", "placement"} <= set(shard):
+            raise DreamshardError(
+                f"table {name!r} has a shard without offsets, sizes and placement"
+            )
+        for key in ("offsets", "sizes"):
+            pair = shard[key]
+            if not isinstance(pair, list) or len(pair) != 2 or not all(is_int(x) for x in pair):
+                raise DreamshardError(
+                    f"table {name!r}: a shard's {key} {pair!r} is not two integers (rows, columns)"
+                )
+        if not isinstance(shard["placement"], str):
+            raise DreamshardError(
+                f"table {name!r}: a shard's placement {shard['placement']!r} is not a string"
+            )
+
+
+def table_shardings(data: dict[str, Any], module_path: str) -> dict[str, TableSharding]:
+    """The JSON form's tables of the collection at `module_path`, as `TableSharding`s for
+    `plan_reading.placement_from_sharding` (no torchrec needed); DreamshardError for a layout
+    or a placement that is off, or a module the plan does not have."""
+    modules = check_plan_dict(data)["plan"]
+    if module_path not in modules:
+        raise DreamshardError(
+            f"the TorchRec plan has no module {module_path!r}; it has {sorted(modules)} "
+            "(--module-path)"
+        )
+    return {
+        name: TableSharding(
+            entry["sharding_type"],
+            tuple(entry["ranks"]),
+            tuple(
+                ShardExtent(
+                    tuple(shard["offsets"]),
+                    tuple(shard["sizes"]),
+                    shard_rank(name, shard["placement"]),
+                )
+                for shard in entry["shards"]
+            ),
+        )
+        for name, entry in modules[module_path].items()
+    }
 
 
 def torchrec_default_plan(task: PlacementTask, device: str, module_path: str) -> dict:

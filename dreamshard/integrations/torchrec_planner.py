@@ -26,18 +26,13 @@ from dataclasses import dataclass, replace
 from dreamshard.costs.comm import get_topology
 from dreamshard.costs.hardware import Hardware, gpu_hardware
 from dreamshard.errors import DreamshardError
+from dreamshard.integrations.plan_reading import placement_from_sharding
 from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import SPLIT_MODES
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.report import format_bytes
-from dreamshard.tables.shards import (
-    Split,
-    max_column_parts,
-    row_bounds,
-    split_problem,
-    split_table,
-)
+from dreamshard.tables.shards import max_column_parts, row_bounds
 from dreamshard.tables.table import Table
 from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
@@ -50,8 +45,6 @@ RESERVED_FRACTION = 0.15  # TorchRec's default HBM share kept back (HeuristicalS
 KJT_COPIES = 20  # its KJT reservation: 2 pipelined batches x 10 internal copies
 KJT_BYTES_PER_LOOKUP = 8  # int64 ids
 DATA_TYPES = {"fp16": "FP16", "fp32": "FP32"}
-# the weight axis each sharding type's shards cut
-CUT_AXIS = {"table_wise": 0, "row_wise": 0, "table_row_wise": 0, "column_wise": 1}
 
 
 def require_torchrec() -> None:
@@ -311,89 +304,6 @@ def kjt_reserved_bytes(request: TorchRecRequest) -> int:
     """TorchRec's per-device room for input batches (as HeuristicalStorageReservation counts)."""
     lookups = sum(c.pooling_factors[0] for c in request.constraints.values()) * request.batch_size
     return int(lookups * KJT_BYTES_PER_LOOKUP) * KJT_COPIES
-
-
-def placement_from_sharding(
-    task: PlacementTask, module_plan, method: str = "torchrec"
-) -> Placement:
-    """Our placement from a module plan ({table name: ParameterSharding}): a table-wise table
-    on its rank, a column-wise or row-wise table as our split on its shards' ranks.
-
-    DreamshardError, naming the table, when a table's shards are not ones we cut: column
-    shards of unequal widths or a count that is not a power of two, row ranges that are not
-    `row_bounds`, or another sharding type.
-    """
-    devices: list[int] = []
-    splits: list[Split] = []
-    for table in task.tables:
-        sharding = module_plan.get(table.name)
-        if sharding is None:
-            raise DreamshardError(f"the TorchRec plan has no entry for table {table.name}")
-        split, ranks = table_sharding(table, sharding)
-        devices.extend(ranks)
-        if split is not None:
-            splits.append(split)
-    return Placement(tuple(devices), method=method, splits=tuple(splits))
-
-
-def table_sharding(table: Table, sharding) -> tuple[Split | None, list[int]]:
-    """One table's `ParameterSharding` as our split (None: whole) and its shards' ranks."""
-    kind = sharding.sharding_type
-    shards = list(sharding.sharding_spec.shards) if sharding.sharding_spec else []
-    ranks = [int(r) for r in sharding.ranks or []]
-    if kind == "data_parallel":  # a copy on every rank: replica r on rank r
-        if len(ranks) < 2 or sorted(ranks) != list(range(len(ranks))):
-            raise DreamshardError(
-                f"table {table.name} is data_parallel on ranks {ranks}; a replica on every "
-                "rank maps to ours"
-            )
-        return Split(table.name, "replica", len(ranks)), sorted(ranks)
-    if kind not in CUT_AXIS or not shards or len(ranks) != len(shards):
-        raise DreamshardError(
-            f"table {table.name} is sharded {kind} on ranks {ranks} with {len(shards)} shards; "
-            "only table-wise, column-wise, row-wise and data-parallel plans with a rank per "
-            "shard map to ours"
-        )
-    axis = CUT_AXIS[kind]  # 0: rows, 1: columns
-    pieces = sorted(
-        (int(s.shard_offsets[axis]), int(s.shard_offsets[axis]) + int(s.shard_sizes[axis]), rank)
-        for s, rank in zip(shards, ranks)
-        if s.shard_sizes[axis] > 0  # TorchRec pads row-wise plans with empty shards
-    )
-    ranges = [(start, stop) for start, stop, _ in pieces]
-    if not cuts_like_ours(table, kind, ranges, shards):
-        what = "columns" if axis else "rows"
-        raise DreamshardError(
-            f"table {table.name} ({table.rows} x {table.dim}): its {kind} shards cover {what} "
-            f"{', '.join(f'{a}:{b}' for a, b in ranges)}, not shards dreamshard cuts (k equal "
-            "column shards, k a power of two, widths multiples of 4; or the even row ranges of "
-            "tables.shards.row_bounds)"
-        )
-    cut = "column" if axis else ("table_row" if kind == "table_row_wise" else "row")
-    split = Split(table.name, cut, len(ranges)) if len(ranges) > 1 else None
-    return split, [rank for _, _, rank in pieces]
-
-
-def cuts_like_ours(table: Table, kind: str, ranges: list[tuple[int, int]], shards: list) -> bool:
-    """Whether shards of a `kind` sharding covering `ranges` (in order) of the axis it cuts,
-    and the other axis whole, are the shards of one of our splits (or the whole table)."""
-    axis = CUT_AXIS[kind]
-    cut, parts = ("column" if axis else "row"), len(ranges)
-    if parts != 1 and (kind == "table_wise" or split_problem(table, cut, parts)):
-        return False
-    full = (table.rows, table.dim)[1 - axis]
-    return ranges == our_ranges(table, cut, parts) and all(
-        int(s.shard_offsets[1 - axis]) == 0 and int(s.shard_sizes[1 - axis]) == full for s in shards
-    )
-
-
-def our_ranges(table: Table, cut: str, parts: int) -> list[tuple[int, int]]:
-    """The column or row ranges of our `parts` shards of `table` along `cut`."""
-    if parts == 1:
-        return [(0, table.dim if cut == "column" else table.rows)]
-    if cut == "row":
-        return row_bounds(table.rows, parts)  # as split_table cuts them, without the trace
-    return [(s.shard.start, s.shard.stop) for s in split_table(table, cut, parts)]
 
 
 def torchrec_place(

@@ -37,16 +37,39 @@ from dreamshard.report import format_bytes
 @dataclass(frozen=True)
 class Constraints:
     """Required of a placement: `pins` (table, device) pairs, `together` groups of tables on one
-    device, `apart` groups of tables on different devices, and `no_split` tables placed whole."""
+    device, `apart` groups of tables on different devices, `no_split` tables placed whole,
+    `sharding` tables cut one way, and `offered` (table, the TorchRec sharding types it may
+    take): what its sharder offers (`DreamShardPlanner`). An offered table is planned within its
+    types (`allows`): whole where table_wise or column_wise is among them (a whole table is one
+    column-wise shard) and it fits a device, the planner's own splits kept where their kind is
+    offered; else cut by the first offered kind that holds it (`forced_splits`)."""
 
     pins: tuple[tuple[str, int], ...] = ()
     together: tuple[tuple[str, ...], ...] = ()
     apart: tuple[tuple[str, ...], ...] = ()
     no_split: tuple[str, ...] = ()
     sharding: tuple[tuple[str, str, int], ...] = ()  # (table, TorchRec kind, parts or 0)
+    offered: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (table, TorchRec sharding types)
 
     def __bool__(self) -> bool:
-        return bool(self.pins or self.together or self.apart or self.no_split or self.sharding)
+        return bool(
+            self.pins
+            or self.together
+            or self.apart
+            or self.no_split
+            or self.sharding
+            or self.offered
+        )
+
+    def allows(self, name: str, kind: str | None) -> bool:
+        """Whether table `name` may be cut `kind`-wise (ours: "column", "row", "replica",
+        "table_row"; None: kept whole) under `offered`."""
+        types = dict(self.offered).get(name)
+        if types is None:
+            return True
+        if kind is None:
+            return WHOLE in types or "column_wise" in types
+        return OUR_TYPES[kind] in types
 
     def sharded(self) -> set[str]:
         """The tables `sharding` cuts (table_wise is `no_split`)."""
@@ -67,6 +90,7 @@ class Constraints:
             self.apart + other.apart,
             self.no_split + other.no_split,
             self.sharding + other.sharding,
+            self.offered + other.offered,
         )
 
     def as_dict(self) -> dict:
@@ -130,6 +154,7 @@ def parse_pin(text: str) -> tuple[str, int]:
 # whole (`no_split`); the others cut it so
 WHOLE = "table_wise"
 SHARDING_KINDS = {"column_wise": "column", "row_wise": "row", "data_parallel": "replica"}
+OUR_TYPES = {v: k for k, v in SHARDING_KINDS.items()} | {"table_row": "table_row_wise"}
 
 
 def parse_sharding(text: str) -> tuple[str, str, int]:
@@ -156,11 +181,11 @@ def forced_splits(task, constraints: Constraints | None) -> tuple:
     DreamshardError where one cannot be made."""
     from dreamshard.tables.shards import Split, max_column_parts, split_problem, split_table
 
-    if not constraints or not constraints.sharding:
+    if not constraints:
         return ()
     by_name = {t.name: t for t in task.tables}
     d, cap, found = task.num_devices, task.memory_cap_bytes, []
-    for name, kind, parts in constraints.sharding:
+    for name, kind, parts in constraints.sharding + offered_cuts(task, constraints):
         table = by_name.get(name)
         if table is None:
             raise DreamshardError(f"--sharding: no table is named {name!r}")
@@ -185,6 +210,49 @@ def forced_splits(task, constraints: Constraints | None) -> tuple:
     return tuple(found)
 
 
+def offered_cuts(task, constraints: Constraints) -> tuple[tuple[str, str, int], ...]:
+    """`sharding` entries for the offered tables no other constraint names that cannot stay
+    whole (its types keep none whole, or it fits no device): the first offered of
+    column_wise (the fewest shards that fit, when whole is allowed but too big), row_wise
+    and data_parallel whose shard fits a device; DreamshardError naming a table none holds."""
+    from dreamshard.tables.shards import max_column_parts, split_problem, split_table
+
+    named, cap, d = constraints.named(), task.memory_cap_bytes, task.num_devices
+    by_name = {t.name: t for t in task.tables}
+    cuts = []
+    for name, types in constraints.offered:
+        table = by_name.get(name)
+        if name in named or table is None:  # `conflict` says what is wrong with those
+            continue
+        if constraints.allows(name, None) and task.bytes_of(table) <= cap:
+            continue
+        for kind in ("column_wise", "row_wise", "data_parallel"):
+            ours = SHARDING_KINDS[kind]
+            parts = max_column_parts(table, d) if kind == "column_wise" else d
+            if kind not in types or split_problem(table, ours, parts):
+                continue
+            if task.bytes_of(split_table(table, ours, parts)[0]) <= cap:
+                cuts.append((name, kind, 0))
+                break
+        else:
+            raise DreamshardError(
+                f"table {name} ({format_bytes(task.bytes_of(table))}) fits no device of "
+                f"{format_bytes(cap)} in any sharding its sharder offers "
+                f"({', '.join(types) or 'none'})"
+            )
+    return tuple(cuts)
+
+
+def planned_splits(task, constraints: Constraints | None, own=None) -> tuple:
+    """The splits a plan of `task` uses: `forced_splits` (first, so that what cannot hold is
+    said before a planner weighs anything), and the planner's own split choice of the tables
+    they leave (`own()`, None under split="none"; `splittable`)."""
+    forced = forced_splits(task, constraints)
+    cut = {s.table for s in forced}
+    chosen = splittable(constraints, own()) if own is not None else ()
+    return tuple(s for s in chosen if s.table not in cut) + forced
+
+
 def sharding_problem(constraints: Constraints | None, splits: tuple) -> str | None:
     """Why a plan's `splits` do not cut the tables as `constraints.sharding` asks (the kind,
     and the shard count where one was given) or split a table kept whole, or None."""
@@ -198,6 +266,11 @@ def sharding_problem(constraints: Constraints | None, splits: tuple) -> str | No
     for name in constraints.no_split:
         if name in cut:
             return f"table {name} is split, but must stay whole"
+    for name, types in constraints.offered:
+        kind = cut[name].kind if name in cut else None
+        if not constraints.allows(name, kind):
+            how = "whole" if kind is None else f"{OUR_TYPES[kind]}"
+            return f"table {name} is {how}, but its sharder offers only {', '.join(types)}"
     return None
 
 
@@ -362,6 +435,14 @@ def conflict(task, constraints: Constraints) -> str | None:
     both = sorted(sharded & (placing | set(constraints.no_split)))
     if both:
         return f"table {both[0]} is sharded, so it cannot also be pinned, grouped or kept whole"
+    asked = {name: kind for name, kind, _ in constraints.sharding}
+    for name, types in constraints.offered:  # what sharders offer: named by the planner
+        if name not in index:  # split already (`sharding_problem` checks its kind)
+            continue
+        if name in asked and asked[name] not in types:
+            return f"table {name} is sharded {asked[name]}, which its sharder does not offer"
+        if name in constraints.named() - sharded and not constraints.allows(name, None):
+            return f"table {name} must stay whole, which no sharding its sharder offers does"
     twice = [name for name, *_ in constraints.sharding]
     if len(set(twice)) < len(twice):
         return f"table {next(n for n in twice if twice.count(n) > 1)} is sharded twice"
@@ -488,8 +569,9 @@ def describe_constraints(constraints: Constraints) -> str:
 
 
 def splittable(constraints: Constraints | None, splits: tuple) -> tuple:
-    """`splits` without those of tables a constraint names (they are placed whole)."""
+    """`splits` without those of tables a constraint names (they are placed whole) or of a
+    kind their offered types do not hold."""
     if not constraints:
         return splits
     named = constraints.named()
-    return tuple(s for s in splits if s.table not in named)
+    return tuple(s for s in splits if s.table not in named and constraints.allows(s.table, s.kind))

@@ -17,12 +17,7 @@ from dataclasses import dataclass, replace
 
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.budget import CHECKED_SHARE, Deadline, default_time_budget
-from dreamshard.placement.constraints import (
-    bind,
-    forced_splits,
-    sharding_problem,
-    splittable,
-)
+from dreamshard.placement.constraints import bind, planned_splits, sharding_problem
 from dreamshard.placement.splitting import SPLIT_MODES, memory_splits, split_place
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
 from dreamshard.tables.shards import Split
@@ -122,9 +117,8 @@ class BasePlanner:
         options = self.started(task, options)
         # what --sharding asks for, in either split mode; under "auto" the planner's own
         # splits of the tables no constraint names
-        splits = forced_splits(task, task.constraints)
-        if options.split == "auto":
-            splits = splittable(task.constraints, self.splits(task, options)) + splits
+        own = (lambda: self.splits(task, options)) if options.split == "auto" else None
+        splits = planned_splits(task, task.constraints, own)
         if splits:
             placement = split_place(
                 task, splits, lambda shards: self.place_tables(shards, options), self.name

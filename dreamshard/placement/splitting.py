@@ -141,6 +141,12 @@ def named_tables(task: PlacementTask) -> set[str]:
     return task.constraints.named() if task.constraints else set()
 
 
+def allowed(task: PlacementTask, name: str, kind: str) -> bool:
+    """Whether the task's constraints let table `name` be cut `kind`-wise (its sharder's
+    offered types, `Constraints.allows`)."""
+    return task.constraints is None or task.constraints.allows(name, kind)
+
+
 def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[Split, ...]:
     """Data-parallel copies of the tables, not split by `taken`, whose rows are fewer than half
     the batch (module docstring), the smallest first while their copies take at most
@@ -152,7 +158,11 @@ def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[
     batch = table_batch_size(task.tables, DEFAULT_BATCH)
     sizes = dict(zip((t.name for t in task.tables), task.table_bytes().tolist()))
     small = sorted(
-        (t for t in task.tables if t.name not in split and 2 * t.rows < batch),
+        (
+            t
+            for t in task.tables
+            if t.name not in split and 2 * t.rows < batch and allowed(task, t.name, "replica")
+        ),
         key=lambda t: (sizes[t.name], t.name),
     )
     chosen, used = [], 0
@@ -178,7 +188,9 @@ def balance_splits(
     keys = {name: key(t) for name, t in tables.items()}
     mean = sum(keys.values()) / task.num_devices
     whole = named_tables(task)  # a table a constraint names stays whole
-    tables = {name: t for name, t in tables.items() if name not in whole}
+    tables = {
+        name: t for name, t in tables.items() if name not in whole and allowed(task, name, "column")
+    }
     limit = {name: max_column_parts(t, task.num_devices) for name, t in tables.items()}
 
     def shard_key(name: str) -> float:
@@ -206,10 +218,15 @@ def row_variant(
     column split."""
     d, kept = task.num_devices, set(base)
     by_name = {t.name: t for t in task.tables}
-    return tuple(
-        s if s in kept or split_problem(by_name[s.table], "row", d) else Split(s.table, "row", d)
-        for s in splits
-    )
+
+    def keeps(s: Split) -> bool:
+        return (
+            s in kept
+            or bool(split_problem(by_name[s.table], "row", d))
+            or not allowed(task, s.table, "row")
+        )
+
+    return tuple(s if keeps(s) else Split(s.table, "row", d) for s in splits)
 
 
 def host_variant(
@@ -224,6 +241,8 @@ def host_variant(
 
     def fits(split: Split) -> bool:
         table = by_name[split.table]
+        if not allowed(task, table.name, "table_row"):
+            return False
         if split_problem(table, "table_row", host_size):
             return False
         if split not in kept:

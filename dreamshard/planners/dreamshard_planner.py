@@ -31,7 +31,7 @@ from dreamshard.learn.policy import (
     table_order,
 )
 from dreamshard.placement.budget import SPLIT_SHARE, Deadline
-from dreamshard.placement.constraints import forced_splits, splittable
+from dreamshard.placement.constraints import planned_splits
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits, pinned_shards
@@ -348,9 +348,8 @@ class DreamShardMethod(BasePlanner):
         """Its `top` cheapest candidates by the cost network (`ranked_candidates`), on the
         shards it splits the task into."""
         options = self.started(task, options)
-        splits = forced_splits(task, task.constraints)
-        if options.split == "auto":
-            splits = splittable(task.constraints, self.splits(task, options)) + splits
+        own = (lambda: self.splits(task, options)) if options.split == "auto" else None
+        splits = planned_splits(task, task.constraints, own)
         if pinned_shards(shard_task(task, splits), splits):  # a fixed layout: its one plan
             return [self.place(task, options)]
         shards = shard_task(task, splits)
