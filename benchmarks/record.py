@@ -110,6 +110,14 @@ def mlflow_metrics(verdicts: list[dict]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v == v}  # MLflow takes no NaN
 
 
+def readable(verdicts: list[dict]) -> list[dict]:
+    """The verdicts with their names as the report writes them, NaN as null (JSON)."""
+    return [
+        {k: (None if isinstance(v, float) and v != v else v) for k, v in verdict.items()}
+        for verdict in verdicts
+    ]
+
+
 def log_run(meta: dict, verdicts: list[dict], rows_file: Path, report: Path | None) -> str:
     """The study run as an MLflow run in experiment `dreamshard-study-NAME`: its parameters,
     its targets' metrics, its rows (and report) as artifacts, tagged with the rows file's hash.
@@ -134,6 +142,7 @@ def log_run(meta: dict, verdicts: list[dict], rows_file: Path, report: Path | No
     with mlflow.start_run(run_name=f"{meta['study']} @ {meta['commit']}") as run:
         mlflow.log_params(params)
         mlflow.log_metrics(mlflow_metrics(verdicts))
+        mlflow.log_dict({"targets": readable(verdicts)}, "targets.json")  # the Evidence page's
         mlflow.set_tags({IMPORTED: file_hash(rows_file), "study.date": meta["date"]})
         mlflow.log_artifact(str(rows_file))
         if report is not None and report.is_file():

@@ -26,6 +26,7 @@ PAGES = [
     st.Page("views/cost_model.py", title="Cost model", icon=":material/scatter_plot:"),
     st.Page("views/training.py", title="Training", icon=":material/show_chart:"),
     st.Page("views/place_tables.py", title="Place tables", icon=":material/table_view:"),
+    st.Page("views/evidence.py", title="Evidence", icon=":material/fact_check:"),
 ]
 
 

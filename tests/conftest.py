@@ -205,3 +205,24 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def studies_home(tmp_path_factory) -> Path:
+    """A state folder whose MLflow store holds what `python -m benchmarks import` makes of the
+    committed rows files (a fresh clone's study runs)."""
+    import os
+
+    home = tmp_path_factory.mktemp("studies-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(DREAMSHARD_HOME=str(home), MLFLOW_DISABLE_TELEMETRY="true")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "import"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return home

@@ -6,6 +6,7 @@ skipped: without Chromium the test fails and says how to install it (`make brows
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -19,6 +20,7 @@ import pytest
 from tests.conftest import free_port, wait_for_http
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 START_TIMEOUT_S = 90
@@ -36,13 +38,14 @@ FLAGS = (
 )
 
 
-@pytest.fixture
-def server(pipeline_home, tmp_path):
-    """`streamlit run dashboard/app.py` on a free port, stopped by its process id."""
+@contextlib.contextmanager
+def streamlit_server(home: Path, log_path: Path):
+    """`streamlit run dashboard/app.py` on a free port over the store in `home`, stopped by its
+    process id."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
-    env["DREAMSHARD_HOME"] = str(pipeline_home)
-    log = (tmp_path / "streamlit.log").open("w")
+    env["DREAMSHARD_HOME"] = str(home)
+    log = log_path.open("w")
     process = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "streamlit"),
@@ -76,6 +79,12 @@ def server(pipeline_home, tmp_path):
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+@pytest.fixture
+def server(pipeline_home, tmp_path):
+    with streamlit_server(pipeline_home, tmp_path / "streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture
@@ -251,3 +260,22 @@ def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
     WebDriverWait(browser, RENDER_TIMEOUT_S).until(
         lambda d: "(key: lookup)" in d.page_source and "the slowest forward plus" in d.page_source
     )
+
+
+def test_evidence_lists_every_study_in_chromium(studies_home, browser, tmp_path):
+    """A fresh clone's study runs (`python -m benchmarks import`): every study with its
+    targets on the Evidence page."""
+    from selenium.webdriver.common.by import By
+
+    studies = sorted(p.name.removesuffix(".rows.json") for p in RESULTS.glob("*.rows.json"))
+
+    def drawn(d) -> bool:
+        heads = {h.text.strip() for h in d.find_elements(By.CSS_SELECTOR, "h3")}
+        return "Evidence" in d.page_source and set(studies) <= heads
+
+    with streamlit_server(studies_home, tmp_path / "streamlit.log") as url:
+        path = open_and_wait(browser, f"{url}/evidence", "dashboard-evidence", drawn, "studies")
+        tables = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+        assert len(tables) >= 2  # the summary and a study's targets
+        assert "Page not found" not in browser.page_source
+    assert path.stat().st_size > 20_000

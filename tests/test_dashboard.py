@@ -410,3 +410,34 @@ def test_a_cost_chart_says_which_costs_were_measured_and_which_modeled():
     measured = describe_costs(kernels | {"topology": "measured"})
     assert cost_title("fbgemm", measured) == "Measured cost per device"
     assert cost_title("simulated", "") == "Simulated cost per device"
+
+
+# --- the Evidence page: the studies' runs, as a fresh clone's importer makes them -------------
+
+
+RESULTS = Path(APP).parent.parent / "benchmarks" / "results"
+
+
+def test_evidence_lists_every_studys_latest_run_with_its_targets(studies_home, monkeypatch):
+    monkeypatch.setenv("DREAMSHARD_HOME", str(studies_home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    at = open_page("evidence")
+    assert_clean(at)
+    committed = {p.name.removesuffix(".rows.json") for p in RESULTS.glob("*.rows.json")}
+    assert committed and committed <= {h.value for h in at.subheader}
+    summary = at.dataframe[0].value
+    assert set(summary["study"]) == committed
+    # each study's targets as its report states them: the units study's one target, met
+    units = json.loads((RESULTS / "units.rows.json").read_text())["meta"]
+    tables = [d.value for d in at.dataframe[1:]]
+    found = [t for t in tables if "TorchRec's reported perf" in " ".join(t["target"])]
+    assert found and list(found[0]["met"]) == ["yes"]
+    assert any(units["commit"] in c.value for c in at.caption)
+    assert any("run " in c.value and "commit" in c.value for c in at.caption)
+
+
+def test_evidence_says_how_to_import_on_an_empty_store(empty_env):
+    at = open_page("evidence")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("python -m benchmarks import" in i.value for i in at.info)
+    assert not (empty_env / "mlflow.db").exists()
