@@ -136,15 +136,32 @@ TINY_PIPELINE = dict(
 
 
 @pytest.fixture(scope="session")
-def pipeline_home(tmp_path_factory) -> Path:
+def pipeline_home(tmp_path_factory, worker_id) -> Path:
     """A state folder (DREAMSHARD_HOME) holding a real MLflow store: runs, artifacts and
-    registered models from one tiny `python -m flows.pipeline` run in a subprocess.
+    registered models from one tiny `python -m flows.pipeline` run in a subprocess, and the
+    study runs `python -m benchmarks import` makes of the committed rows files.
 
-    Session-scoped so that the dashboard's AppTest and browser tests share one run.
+    Made once for the whole test run: the dashboard's AppTest and browser tests only read it,
+    so pytest-xdist's workers share one (the first to ask makes it under a file lock, the
+    others wait for it and read it).
     """
+    if worker_id == "master":  # no workers: this process's own
+        return make_pipeline_home(tmp_path_factory.mktemp("pipeline-home"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker
+    home = shared / "pipeline-home"
+    with FileLock(str(shared / "pipeline-home.lock")):
+        if not (home / ".made").exists():
+            home.mkdir(exist_ok=True)
+            make_pipeline_home(home)
+            (home / ".made").touch()
+    return home
+
+
+def make_pipeline_home(home: Path) -> Path:
     import os
 
-    home = tmp_path_factory.mktemp("pipeline-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_"))}
     env.update(
         DREAMSHARD_HOME=str(home),
@@ -166,6 +183,17 @@ def pipeline_home(tmp_path_factory) -> Path:
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert done.returncode == 0, f"the tiny pipeline failed:\n{done.stderr[-3000:]}"
+    # and the study runs a fresh clone's importer makes from the committed rows files (the
+    # Evidence page's)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "import"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, f"the study import failed:\n{done.stderr[-3000:]}"
     return home
 
 
@@ -205,24 +233,3 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def studies_home(tmp_path_factory) -> Path:
-    """A state folder whose MLflow store holds what `python -m benchmarks import` makes of the
-    committed rows files (a fresh clone's study runs)."""
-    import os
-
-    home = tmp_path_factory.mktemp("studies-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(DREAMSHARD_HOME=str(home), MLFLOW_DISABLE_TELEMETRY="true")
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "import"],
-        cwd=Path(__file__).resolve().parent.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return home

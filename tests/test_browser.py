@@ -262,9 +262,9 @@ def test_place_tables_renders_a_split_plan_in_chromium(server, browser):
     )
 
 
-def test_evidence_lists_every_study_in_chromium(studies_home, browser, tmp_path):
-    """A fresh clone's study runs (`python -m benchmarks import`): every study with its
-    targets on the Evidence page."""
+def test_evidence_lists_every_study_in_chromium(server, browser):
+    """A fresh clone's study runs (`python -m benchmarks import`, in the store `pipeline_home`
+    holds): every study with its targets on the Evidence page."""
     from selenium.webdriver.common.by import By
 
     studies = sorted(p.name.removesuffix(".rows.json") for p in RESULTS.glob("*.rows.json"))
@@ -273,9 +273,8 @@ def test_evidence_lists_every_study_in_chromium(studies_home, browser, tmp_path)
         heads = {h.text.strip() for h in d.find_elements(By.CSS_SELECTOR, "h3")}
         return "Evidence" in d.page_source and set(studies) <= heads
 
-    with streamlit_server(studies_home, tmp_path / "streamlit.log") as url:
-        path = open_and_wait(browser, f"{url}/evidence", "dashboard-evidence", drawn, "studies")
-        tables = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
-        assert len(tables) >= 2  # the summary and a study's targets
-        assert "Page not found" not in browser.page_source
+    path = open_and_wait(browser, f"{server}/evidence", "dashboard-evidence", drawn, "studies")
+    tables = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+    assert len(tables) >= 2  # the summary and a study's targets
+    assert "Page not found" not in browser.page_source
     assert path.stat().st_size > 20_000
