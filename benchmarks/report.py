@@ -40,8 +40,8 @@ def render(study: Study, meta: dict, rows: list[dict]) -> tuple[str, list[dict]]
         f"{meta['minutes']:.1f} min. Host: {meta['hardware']} (every figure); {meta['versions']}.",
         f"Tasks: {meta['tasks']}, fixed by the command. Judges: {judges}.",
         f"Models: {models or 'none'}.",
-        f"MLflow: run `{meta['study']} @ {meta['commit']}` in experiment "
-        f"`dreamshard-study-{meta['study']}` (made by the run, or from this report's rows file "
+        f"MLflow: run `{study.name} @ {meta['commit']}` in experiment "
+        f"`dreamshard-study-{study.name}` (made by the run, or from this report's rows file "
         "by `python -m benchmarks import` on any clone; the dashboard's Evidence page lists it).",
     ]
     about = meta.get("about", study.about)  # as the run said it: options set the text
