@@ -1,6 +1,4 @@
 # One command for the main job, one for the tests; each creates .venv when it is missing.
-# --no-compile: pip would byte-compile every file of torch and the rest (about a minute here);
-# Python compiles the modules a run imports, once, when it first imports them.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +7,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/dreamshard: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --progress-bar off --no-compile -e '.[cpu,dev]'
+	$(BIN)/python -m pip install --quiet --progress-bar off -e '.[cpu,dev]'
 	touch $@
 
 # The main job: collect costs, train, evaluate, as one Prefect flow run tracked in MLflow.
@@ -45,9 +43,9 @@ browser: $(VENV)/.chromium
 # TorchRec (optional: --method torchrec, round-trip tests) without the CUDA fbgemm a plain
 # install pulls: its dependencies pinned first, then torchrec itself with --no-deps.
 $(VENV)/.torchrec: $(BIN)/dreamshard
-	$(BIN)/python -m pip install --quiet --progress-bar off --no-compile tensordict==0.15.3 \
+	$(BIN)/python -m pip install --quiet --progress-bar off tensordict==0.15.3 \
 		torchmetrics==1.0.3 pyre-extensions==0.0.32 tqdm==4.70.1
-	$(BIN)/python -m pip install --quiet --progress-bar off --no-compile --no-deps torchrec==1.8.0
+	$(BIN)/python -m pip install --quiet --progress-bar off --no-deps torchrec==1.8.0
 	touch $@
 
 torchrec: $(VENV)/.torchrec

@@ -233,3 +233,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The test modules that take longest (a minute or more of a worker's time here), run first:
+# pytest-xdist's loadscope hands modules out in collection order, so a long one collected last
+# would run alone at the end while the other worker idles.
+LONGEST_FIRST = (
+    "test_deployment",
+    "test_pipeline",
+    "test_dmp_collect",
+    "test_learning",
+    "test_dashboard",
+    "test_browser",
+    "test_studies",
+    "test_host_lock",
+    "test_torchrec",
+    "test_fanout",
+)
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept within
