@@ -52,7 +52,8 @@ torchrec: $(VENV)/.torchrec
 
 # --durations=15: the slowest tests' times, so CI's log shows where the time goes. Two workers
 # (pytest-xdist), a test module's tests on one (its fixtures made once): much of the suite
-# waits on servers and subprocesses, so two cores finish it in about 7 minutes, not 12.
+# waits on servers and subprocesses, so two cores finish it in about 9.5 minutes, not 16; the
+# longest modules go first (tests/conftest.py, LONGEST_FIRST), so none runs alone at the end.
 test: $(BIN)/dreamshard $(VENV)/.torchrec $(VENV)/.chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=15
 
