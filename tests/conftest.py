@@ -174,26 +174,21 @@ def make_pipeline_home(home: Path) -> Path:
         for key, value in TINY_PIPELINE.items()
         for word in (f"--{key.replace('_', '-')}", str(value))
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.pipeline", *options],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert done.returncode == 0, f"the tiny pipeline failed:\n{done.stderr[-3000:]}"
-    # and the study runs a fresh clone's importer makes from the committed rows files (the
-    # Evidence page's)
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "import"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert done.returncode == 0, f"the study import failed:\n{done.stderr[-3000:]}"
+    # the tiny pipeline, then the study runs a fresh clone's importer makes from the committed
+    # rows files (the Evidence page's)
+    for what, words in (
+        ("the tiny pipeline", ["flows.pipeline", *options]),
+        ("the study import", ["benchmarks", "import"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", *words],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert done.returncode == 0, f"{what} failed:\n{done.stderr[-3000:]}"
     return home
 
 

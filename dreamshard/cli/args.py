@@ -23,6 +23,15 @@ def positive(kind):
     return parse
 
 
+def checked(text: str, check) -> str:
+    """`text`, once `check(text)` has accepted it; its DreamshardError as argparse's one line."""
+    try:
+        check(text)
+    except DreamshardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def topology_name(text: str) -> str:
     """An argparse type: a topology (`costs.comm`: a preset, `preset:L`, or custom hosts);
     "auto" passes through for the commands that pick one by device."""
@@ -30,11 +39,7 @@ def topology_name(text: str) -> str:
         return text
     from dreamshard.costs.comm import get_topology
 
-    try:
-        get_topology(text)
-    except DreamshardError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return checked(text, get_topology)
 
 
 HARDWARE_HELP = (
@@ -52,11 +57,7 @@ def hardware_name(text: str) -> str:
         return text
     from dreamshard.costs.hardware import load_hardware
 
-    try:
-        load_hardware(text)
-    except DreamshardError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return checked(text, load_hardware)
 
 
 def hardware_option(parser: argparse.ArgumentParser) -> None:
