@@ -372,10 +372,6 @@ def set_alias(name: str, alias: str, model_version: str, tries: int = 3) -> None
             time.sleep(0.2 * (attempt + 1))
 
 
-def is_model_uri(text: str) -> bool:
-    return text.startswith(("models:/", "runs:/"))
-
-
 def load_registered_model(uri: str, tracking: str | None = None) -> DreamShardModel:
     """Our model classes from `models:/name@alias`, `models:/name/3` or `runs:/id/policy`."""
     for noisy in ("mlflow", "alembic"):  # placing tables should print the plan, not DB set-up

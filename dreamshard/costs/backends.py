@@ -40,29 +40,44 @@ def make_backend(
             f"the {name} backend times this host; --hardware {hardware} applies to the simulated "
             "and torchrec-estimator judges (drop --hardware, or give --hardware cpu)"
         )
-    if name in JUDGES:
-        if iterations is not None or launcher != "inprocess":
-            raise DreamshardError(
-                f"the {name} judge times nothing; drop --iterations, --rounds and --launcher"
-            )
-        return load_object(ESTIMATOR)(chosen, None if topology == "auto" else topology)
-    if name == "fbgemm":
-        from dreamshard.costs.fbgemm import FbgemmBackend
-        from dreamshard.costs.tbe import TimingConfig
+    if name in JUDGES and (iterations is not None or launcher != "inprocess"):
+        raise DreamshardError(
+            f"the {name} judge times nothing; drop --iterations, --rounds and --launcher"
+        )
+    build = BUILDERS.get(name)
+    if build is None:
+        known = ", ".join(BACKENDS + JUDGES)
+        raise DreamshardError(f"unknown backend {name!r}; choose one of {known}")
+    return build(iterations, launcher, None if topology == "auto" else topology, rounds, chosen)
 
-        timing = TimingConfig(iterations=iterations) if iterations else TimingConfig()
-        return FbgemmBackend(timing=timing, topology=topology, launcher=launcher)
-    if name == "simulated":
-        from dreamshard.costs.simulated import SimulatedBackend
 
-        return SimulatedBackend(topology=None if topology == "auto" else topology, hardware=chosen)
-    if name == "dmp":
-        step_config = load_object(f"{DMP}:StepConfig")
-        steps = step_config(steps=iterations) if iterations else step_config()
-        backend = load_object(f"{DMP}:DmpBackend")
-        return backend(steps, rounds=rounds) if rounds else backend(steps)
-    known = ", ".join(BACKENDS + JUDGES)
-    raise DreamshardError(f"unknown backend {name!r}; choose one of {known}")
+def _fbgemm(iterations, launcher, topology, _rounds, _hardware) -> CostBackend:
+    from dreamshard.costs.fbgemm import FbgemmBackend
+    from dreamshard.costs.tbe import TimingConfig
+
+    timing = TimingConfig(iterations=iterations) if iterations else TimingConfig()
+    return FbgemmBackend(timing=timing, topology=topology or "auto", launcher=launcher)
+
+
+def _simulated(_iterations, _launcher, topology, _rounds, hardware) -> CostBackend:
+    from dreamshard.costs.simulated import SimulatedBackend
+
+    return SimulatedBackend(topology=topology, hardware=hardware)
+
+
+def _dmp(iterations, _launcher, _topology, rounds, _hardware) -> CostBackend:
+    step_config = load_object(f"{DMP}:StepConfig")
+    steps = step_config(steps=iterations) if iterations else step_config()
+    backend = load_object(f"{DMP}:DmpBackend")
+    return backend(steps, rounds=rounds) if rounds else backend(steps)
+
+
+def _estimator(_iterations, _launcher, topology, _rounds, hardware) -> CostBackend:
+    return load_object(ESTIMATOR)(hardware, topology)
+
+
+# name -> (iterations, launcher, topology or None, rounds, hardware file or None) -> backend
+BUILDERS = {"fbgemm": _fbgemm, "simulated": _simulated, "dmp": _dmp, JUDGES[0]: _estimator}
 
 
 def describe_costs(config: dict) -> str:

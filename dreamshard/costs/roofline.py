@@ -35,7 +35,6 @@ from dreamshard.tables.table import BYTES_PER_WEIGHT
 
 INDEX_BYTES = 8  # int64 indices (and their offsets' share is left out)
 OUTPUT_BYTES = 4  # pooled embeddings written in fp32
-TERMS = ("floor", "hbm", "l2")
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class RooflineModel:
         return {"calls": (count > 0).astype(np.float64), "hbm": hbm, "l2": hit * repeats}
 
     def forward_terms(self, sums: np.ndarray, precision: str) -> dict[str, np.ndarray]:
-        """Each group's forward ms split as `TERMS`: the floor, HBM reads, L2 reads."""
+        """Each group's forward ms in three terms: the floor, HBM reads, L2 reads."""
         data = self.byte_terms(sums, precision)
         hw = self.hardware
         hbm_rate = hw.value("hbm_spec_gbps") * hw.value("hbm_efficiency") * 1e6  # bytes a ms

@@ -31,6 +31,7 @@ from dreamshard.integrations.torchrec_export import SHARDING_TYPES, torchrec_pla
 from dreamshard.integrations.torchrec_planner import (
     quiet_torchrec,
     require_torchrec,
+    torchrec_batch_size,
     torchrec_request,
 )
 from dreamshard.placement.tasks import Placement, PlacementTask, check_legal
@@ -225,11 +226,10 @@ class TorchRecEstimatorBackend:
 
     def measure(self, task: PlacementTask, placement: Placement) -> PlacementCost:
         terms = torchrec_rank_terms(task, placement, self.topology, self.batch_size, self.hardware)
-        request = torchrec_request(task, False, topology=self.topology, hardware=self.hardware)
         topology = self.topology or (self.hardware.topology_name() if self.hardware else None)
         info = {
             "topology": topology or "torchrec defaults",
-            "batch": (self.batch_size or request.batch_size) * task.num_devices,
+            "batch": (self.batch_size or torchrec_batch_size(task)) * task.num_devices,
             "hardware": self.hardware.label() if self.hardware else "TorchRec's defaults",
         }
         comm = "modeled" if task.num_devices > 1 else "none"

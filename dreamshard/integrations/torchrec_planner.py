@@ -160,8 +160,13 @@ def torchrec_request(
         )
     # Each device's fused kernel here sees the whole batch for its tables; in TorchRec that batch
     # is the global one, world size x the per-rank batch the planner takes.
-    batch_size = max(1, -(-table_batch_size(task.tables, DEFAULT_BATCH) // task.num_devices))
-    return TorchRecRequest(module, topology, constraints, batch_size, reserve)
+    return TorchRecRequest(module, topology, constraints, torchrec_batch_size(task), reserve)
+
+
+def torchrec_batch_size(task: PlacementTask) -> int:
+    """The per-rank batch TorchRec's planner takes for the task: the tables' batch (the whole
+    batch a device's fused kernel sees here) over the world size, rounded up."""
+    return max(1, -(-table_batch_size(task.tables, DEFAULT_BATCH) // task.num_devices))
 
 
 def torchrec_links(topology: str | None, d: int) -> dict:
