@@ -33,7 +33,6 @@ import torch
 
 from dreamshard.costs.hardware import FOLDER, load_hardware, read_hardware
 from dreamshard.costs.roofline import RooflineModel
-from dreamshard.costs.simulated import table_quantities
 from dreamshard.costs.tbe import GroupInput, TimingConfig, resolve_device, time_groups
 from dreamshard.errors import DreamshardError
 from dreamshard.files import write_json_atomic
@@ -79,7 +78,7 @@ def time_point(point: Point, config: TimingConfig, model: RooflineModel, precisi
     table = Table(point.name, point.rows, point.dim, point.pooling, histogram=COLD)
     group = GroupInput.of([table], point.batch)
     timing = time_groups([group], config)[0]
-    sums = table_quantities([table], point.batch)
+    sums = model.quantities([table], point.batch, precision)
     moved = model.byte_terms(sums, precision)
     return Timed(
         point,

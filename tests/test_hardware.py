@@ -131,9 +131,9 @@ def test_bad_files_names_and_judge_options_are_one_line_and_write_nothing(cli, t
     assert "models GPUs" in line
 
 
-def roofline_cost(tables, hardware="h100-sxm", devices=None) -> float:
+def roofline_cost(tables, hardware="h100-sxm", devices=None, precision="fp16") -> float:
     devices = devices or (0,) * len(tables)
-    task = PlacementTask(tuple(tables), max(devices) + 1, 80 * GIB)
+    task = PlacementTask(tuple(tables), max(devices) + 1, 80 * GIB, precision=precision)
     return SimulatedBackend(hardware=hardware).measure(task, Placement(tuple(devices))).overall
 
 
@@ -155,6 +155,19 @@ def test_the_roofline_prices_reuse_fusion_and_the_hardware():
         [heavy], h100.at({"hbm_efficiency": 0.9})
     )
     assert roofline_cost([heavy], "h200") < roofline_cost([heavy], "a100-80gb")
+
+
+def test_a_narrow_row_costs_a_whole_memory_transaction():
+    h100 = load_hardware("h100-sxm")
+    cold = tuple([1.0] + [0.0] * 16)  # every lookup a row of its own, from HBM
+    narrow, wide = (Table(f"d{d}", 20_000_000, d, 500.0, histogram=cold) for d in (4, 32))
+    fwd = {t.dim: roofline_cost([t], h100) for t in (narrow, wide)}
+    # at fp16 a 4-dim and a 32-dim row both cost the file's 64 bytes a read; only their
+    # pooled outputs (4 bytes a dim) differ, a sliver of the lookups' bytes
+    assert fwd[4] == pytest.approx(fwd[32], rel=0.05)
+    at_sector = h100.at({"row_bytes_min": 32.0})
+    assert roofline_cost([narrow], at_sector) < 0.8 * fwd[4]
+    assert roofline_cost([wide], at_sector) == pytest.approx(fwd[32])
 
 
 def test_place_plans_for_the_file_and_the_flags_override_it(cli, tmp_path):

@@ -79,7 +79,8 @@ def test_pretraining_labels_are_drawn_models_never_the_judge():
 
 
 def _judge_compute(judge, example, device):
-    from dreamshard.costs.simulated import features_of_sums, quantities_of
+    from dreamshard.costs.quantities import quantities_of
+    from dreamshard.costs.simulated import features_of_sums
     from dreamshard.tables.features import raw_features
 
     dims, rows, pooling, histograms = raw_features(example.features)

@@ -28,7 +28,8 @@ from scipy.sparse import coo_matrix
 
 from benchmarks.parts.milp import STATUS, MilpResult, constraint_rows, fix_pins
 from dreamshard.costs.comm import POOLED_BYTES, get_topology, ms_per_byte
-from dreamshard.costs.simulated import SimulatedBackend, table_quantities
+from dreamshard.costs.quantities import table_quantities
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.placement.tasks import Placement, PlacementTask, is_legal
 from dreamshard.tables.traces import table_batch_size
 

@@ -32,6 +32,7 @@ CONSTANTS = {
     "hbm_efficiency": "share of the spec bandwidth a TBE reaches (fraction)",
     "l2_bytes": "last-level (L2) cache size (bytes)",
     "l2_gbps": "L2 bandwidth (GB/s)",
+    "row_bytes_min": "fewest bytes one row read costs, however narrow the row (bytes)",
     "bwd_fwd_ratio": "backward (with the optimizer update) over forward, kernel time (ratio)",
     "memory_bytes": "memory of one device (bytes)",
     "devices_per_host": "devices in one host",

@@ -3,8 +3,9 @@
 A device's fused embedding kernel (all its tables in one call) costs the per-call floor plus
 the bytes it moves at the rate of the memory they come from:
 
-    unique   = rows the batch touches x dim x weight bytes   (first touch: from HBM)
-    repeats  = (lookups - touched rows) x dim x weight bytes (a row read again)
+    row      = max(dim x weight bytes, the file's fewest bytes a row read costs)
+    unique   = rows the batch touches x row                  (first touch: from HBM)
+    repeats  = (lookups - touched rows) x row                (a row read again)
     hit      = min(1, L2 size / unique)                      (the repeats the L2 still holds)
     hbm      = unique + (1 - hit) x repeats + indices (8 bytes a lookup) + output (4 x B x dims)
     fwd      = floor + hbm / (HBM spec x efficiency) + hit x repeats / L2 bandwidth
@@ -12,7 +13,10 @@ the bytes it moves at the rate of the memory they come from:
 
 The rows a batch touches come from each table's access histogram (`tables.traces.unique_rows`:
 lookups over the mean access count), so a table whose lookups fall on a few hot rows reads
-little from HBM; dims and pooling enter through the lookups and widths. The L2 hit rate is a
+little from HBM; dims and pooling enter through the lookups and widths. A narrow row still
+costs a whole memory transaction (`row_bytes_min`: a 32-byte sector at least; TorchRec's
+estimator reads at least 32 dims a row and charges narrow rows a block penalty), so a dim-4
+table with hundreds of lookups a sample is not nearly free. The L2 hit rate is a
 group's, so it is the one term that does not add up table by table (like the CPU model's cache
 overflow): fusing a cold table beside a hot one costs the hot one its L2. The floor is paid once
 a fused call. Every number comes from a group's sums of `costs.simulated.table_quantities`, so
@@ -26,12 +30,14 @@ table's cost summed on its rank (no fusion).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dreamshard.costs.hardware import Hardware
-from dreamshard.tables.table import BYTES_PER_WEIGHT
+from dreamshard.costs.quantities import table_quantities
+from dreamshard.tables.table import BYTES_PER_WEIGHT, Table
 
 INDEX_BYTES = 8  # int64 indices (and their offsets' share is left out)
 OUTPUT_BYTES = 4  # pooled embeddings written in fp32
@@ -43,8 +49,21 @@ class RooflineModel:
 
     hardware: Hardware
 
+    def quantities(self, tables: Sequence[Table], batch_size: int, precision: str) -> np.ndarray:
+        """[T, 6] each table's share of a group's sums (`table_quantities`), its lookup volume
+        and touched rows counted in weights of at least `row_bytes_min` bytes a row: what
+        `predict_sums` prices."""
+        found = table_quantities(tables, batch_size)
+        dims = found[:, 5]
+        wide = np.maximum(dims, self.hardware.value("row_bytes_min") / BYTES_PER_WEIGHT[precision])
+        scale = wide / np.maximum(dims, 1e-30)
+        found[:, 2] *= scale
+        found[:, 3] *= scale
+        return found
+
     def byte_terms(self, sums: np.ndarray, precision: str) -> dict[str, np.ndarray]:
-        """Each group's HBM and L2 bytes and whether it makes a call, from sums [N, 6]."""
+        """Each group's HBM and L2 bytes and whether it makes a call, from sums [N, 6] of
+        `quantities`."""
         sums = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         count, lookups, volume, touched, width = sums[:, :5].T
         weight = BYTES_PER_WEIGHT[precision]
@@ -66,7 +85,7 @@ class RooflineModel:
         }
 
     def predict_sums(self, sums: np.ndarray, precision: str) -> tuple[np.ndarray, np.ndarray]:
-        """(fwd ms, bwd ms) of each group, from its sums [N, 6] of `table_quantities`."""
+        """(fwd ms, bwd ms) of each group, from its sums [N, 6] of `quantities`."""
         terms = self.forward_terms(sums, precision)
         stream = terms["hbm"] + terms["l2"]
         ratio = self.hardware.value("bwd_fwd_ratio")

@@ -27,6 +27,7 @@ import numpy as np
 
 from dreamshard.costs.comm import allreduce_ms, exchange_many, get_topology, modeled_comm
 from dreamshard.costs.hardware import Hardware, load_hardware
+from dreamshard.costs.quantities import table_quantities
 from dreamshard.costs.roofline import RooflineModel
 from dreamshard.costs.types import DeviceCost, PlacementCost
 from dreamshard.errors import DreamshardError
@@ -40,8 +41,8 @@ from dreamshard.placement.tasks import (
 )
 from dreamshard.state import calibration_path
 from dreamshard.tables.shards import pooled_width, reduce_width
-from dreamshard.tables.table import NUM_BINS, Table
-from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, unique_rows
+from dreamshard.tables.table import Table
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
 
 GROUP_FEATURES = (
     "call",
@@ -60,30 +61,6 @@ DEFAULT_PATH = Path(__file__).with_name("simulated_default.json")
 def group_features(tables: Sequence[Table], batch_size: int) -> np.ndarray:
     """The model's features of one fused group (zeros for an empty device)."""
     return features_of_sums(table_quantities(tables, batch_size).sum(axis=0, keepdims=True))[0]
-
-
-def table_quantities(tables: Sequence[Table], batch_size: int) -> np.ndarray:
-    """[T, 6] each table's additive share of a group's features: tables (1), lookups, lookup
-    volume, touched row bytes / 4, output width, dim. A group's sums give `features_of_sums`."""
-    return quantities_of(
-        np.array([t.dim for t in tables], dtype=np.float64),
-        np.array([t.rows for t in tables], dtype=np.float64),
-        np.array([t.pooling_factor for t in tables], dtype=np.float64),
-        np.array([t.histogram for t in tables], dtype=np.float64).reshape(len(tables), NUM_BINS),
-        batch_size,
-    )
-
-
-def quantities_of(
-    dims: np.ndarray, rows: np.ndarray, pooling: np.ndarray, histograms: np.ndarray, batch: int
-) -> np.ndarray:
-    """`table_quantities` from the tables' numbers: dims, rows, pooling factors [T] and access
-    histograms [T, bins] (what the cost network's hybrid design reads from its features)."""
-    lookups = batch * pooling
-    touched = unique_rows(rows, pooling, histograms, batch) * dims
-    return np.stack(
-        [np.ones_like(dims), lookups, lookups * dims, touched, batch * dims, dims], axis=1
-    ).reshape(-1, 6)
 
 
 def features_of_sums(sums: np.ndarray, cache_bytes: float = CACHE_BYTES) -> np.ndarray:
@@ -110,6 +87,11 @@ class SimulatedModel:
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         features = np.atleast_2d(features)
         return features @ np.array(self.fwd), features @ np.array(self.bwd)
+
+    def quantities(self, tables: Sequence[Table], batch_size: int, precision: str) -> np.ndarray:
+        """[T, 6] each table's share of a group's sums: `table_quantities` (the precision is in
+        the features' weights)."""
+        return table_quantities(tables, batch_size)
 
     def predict_sums(self, sums: np.ndarray, precision: str) -> tuple[np.ndarray, np.ndarray]:
         """(fwd ms, bwd ms) of groups from their sums [N, 6] of `table_quantities` (the CPU
@@ -208,7 +190,7 @@ class SimulatedBackend:
             task = placement_task(task, placements[0])
         batch = table_batch_size(task.tables, self.batch_size)
         tables = task.tables
-        per_table = table_quantities(tables, batch)
+        per_table = self.kernel.quantities(tables, batch, task.precision)
         n, d = len(placements), task.num_devices
         devices = np.asarray([p.devices for p in placements], dtype=np.int64)  # [N, T]
         slot = (devices + d * np.arange(n)[:, None]).ravel()
@@ -227,11 +209,11 @@ class SimulatedBackend:
         return float(self.overall_many(task, placements).min())
 
     def device_sums(self, task: PlacementTask, placement: Placement) -> np.ndarray:
-        """[devices, 6] each device's sums of `table_quantities` (zeros for an empty one), of
+        """[devices, 6] each device's sums of its kernel's `quantities` (zeros for none), of
         the placement's shards, at this backend's batch size: what `measure` weighs."""
         task, placement = shard_view(task, placement)
         batch = table_batch_size(task.tables, self.batch_size)
-        per_table = table_quantities(task.tables, batch)
+        per_table = self.kernel.quantities(task.tables, batch, task.precision)
         members = placement.device_tables(task.num_devices)
         return np.stack([per_table[list(m)].sum(axis=0) for m in members])
 

@@ -32,12 +32,8 @@ import torch
 from torch import nn
 
 from dreamshard.costs.comm import exchange_many, get_topology
-from dreamshard.costs.simulated import (
-    GROUP_FEATURES,
-    SimulatedModel,
-    features_of_sums,
-    quantities_of,
-)
+from dreamshard.costs.quantities import quantities_of
+from dreamshard.costs.simulated import GROUP_FEATURES, SimulatedModel, features_of_sums
 from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.tasks import Placement, PlacementTask, shard_view
 from dreamshard.tables.features import NUM_FEATURES, feature_matrix, raw_features

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 from dreamshard.costs.comm import exchange_many, get_topology
+from dreamshard.costs.quantities import table_quantities
 from dreamshard.costs.simulated import (
     CACHE_BYTES,
     DEFAULT_PATH,
     SimulatedModel,
     features_of_sums,
-    table_quantities,
 )
 from dreamshard.learn.costnet import DEVICE_TERMS, compose_overall
 from dreamshard.learn.costnet_data import Example

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from dreamshard.costs.comm import Topology, allreduce_ms, device_transfer_ms, get_topology
-from dreamshard.costs.simulated import SimulatedBackend, table_quantities
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import CostNet
 from dreamshard.placement.constraints import bind
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
@@ -302,8 +302,8 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
     """The simulated backend's analytic model as a device-additive model (ms)."""
     backend = backend or SimulatedBackend()
     batch = table_batch_size(task.tables, backend.batch_size)
-    vectors = table_quantities(task.tables, batch)
     kernel, precision = backend.kernel, task.precision
+    vectors = kernel.quantities(task.tables, batch, precision)
 
     def terms(sums):
         shape = sums.shape[:-1]
