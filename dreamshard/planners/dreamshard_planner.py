@@ -43,6 +43,16 @@ from dreamshard.placement.tasks import (
     shard_task,
 )
 from dreamshard.planners.device_search import costnet_model, device_search
+from dreamshard.planners.for_hardware import (
+    ROLLOUT_SHARE_GPU,
+    SPLIT_SHARE_GPU,
+    envelope_choice,
+    envelope_splits,
+    plain_heuristics,
+    planning_hardware,
+    roofline_backend,
+    roofline_best,
+)
 from dreamshard.tables.shards import Split
 
 # Costs of placements of one task, in the order given (lower is better).
@@ -327,7 +337,8 @@ def costnet_greedy(
 
 class DreamShardMethod(BasePlanner):
     """The `dreamshard` planner: `dreamshard_place` on the shards its cost network chose
-    (`dreamshard_splits`)."""
+    (`dreamshard_splits`); for a GPU hardware file, the roofline's splits and rating and the
+    envelope guard instead (`planners.for_hardware`)."""
 
     name = "dreamshard"
 
@@ -339,14 +350,33 @@ class DreamShardMethod(BasePlanner):
         return replace(options, model=on_topology(options.model, options.topology))
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
+        if planning_hardware(options) is not None:
+            deadline = options.until().share(SPLIT_SHARE_GPU)
+            return envelope_splits(task, options, plain_heuristics(task, options), deadline)
         return dreamshard_splits(task, options.model, options.until().share(SPLIT_SHARE))
 
     def place_tables(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        if planning_hardware(options) is not None and options.samples > 0:
+            return roofline_shards_place(task, options)
         return dreamshard_place(task, options.model, options.samples, options.seed, options.until())
+
+    def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
+        """`BasePlanner.place`; for a GPU file (and samples above 0) weighed against the plain
+        heuristics over the file's envelope (`for_hardware.envelope_choice`)."""
+        hardware = planning_hardware(options)
+        placement = super().place(task, options)
+        if hardware is None or options.samples == 0:
+            return placement
+        plain = plain_heuristics(task, options)
+        if not plain:
+            return placement
+        return envelope_choice(task, placement, plain, hardware, options.topology).placement
 
     def candidates(self, task: PlacementTask, options: PlanOptions, top: int) -> list[Placement]:
         """Its `top` cheapest candidates by the cost network (`ranked_candidates`), on the
-        shards it splits the task into."""
+        shards it splits the task into; for a GPU file, its one plan."""
+        if planning_hardware(options) is not None:
+            return [self.place(task, options)]
         options = self.started(task, options)
         own = (lambda: self.splits(task, options)) if options.split == "auto" else None
         splits = planned_splits(task, task.constraints, own)
@@ -363,8 +393,36 @@ class DreamShardMethod(BasePlanner):
         ]
 
     def predict(self, task: PlacementTask, placement: Placement, options: PlanOptions) -> float:
+        if planning_hardware(options) is not None:
+            return float(roofline_backend(options).overall_many(task, [placement])[0])
         model = on_topology(options.model, options.topology)
         return predicted_overall(model, task, [placement])[0]
+
+
+@torch.no_grad()
+@one_thread()
+def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placement:
+    """For a GPU file: the heuristics' placements of the shards and the policy's episodes
+    (greedy and `options.samples` sampled, in `ROLLOUT_SHARE_GPU` of the time left), the
+    roofline's best of them searched until the deadline (`for_hardware.roofline_best`)."""
+    deadline = options.until()
+    found, failure = heuristic_candidates(task)
+    generator = torch.Generator().manual_seed(options.seed)
+    model = options.model
+    episodes = fast_rollout(
+        model.policy,
+        task,
+        model.costnet,
+        1,
+        options.samples,
+        generator,
+        deadline.share(ROLLOUT_SHARE_GPU),
+    )
+    candidates = found + ([] if episodes is None else episode_candidates(episodes))
+    candidates = [c for c in candidates if is_legal(task, c)]
+    if not candidates:
+        raise failure or InfeasibleError("no legal placement of the shards")
+    return roofline_best(task, candidates, roofline_backend(options), deadline)
 
 
 def on_topology(model: DreamShardModel, topology: str | None) -> DreamShardModel:

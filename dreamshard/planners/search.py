@@ -23,14 +23,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dreamshard.costs.comm import get_topology
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.model_file import DreamShardModel
 from dreamshard.placement.budget import SPLIT_SHARE, Deadline
 from dreamshard.placement.constraints import bind
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.planner import BasePlanner, PlanOptions
-from dreamshard.placement.splitting import candidate_splits, choose_splits
 from dreamshard.placement.tasks import Placement, PlacementTask, device_memory
 from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
 from dreamshard.planners.dreamshard_planner import (
@@ -38,6 +36,7 @@ from dreamshard.planners.dreamshard_planner import (
     Scorer,
     ranked_candidates,
 )
+from dreamshard.planners.for_hardware import analytic_splits
 from dreamshard.tables.shards import Split
 
 SEARCH_SECONDS = 5.0  # the planner's defaults
@@ -170,18 +169,6 @@ def analytic_scorer(task: PlacementTask, backend: SimulatedBackend | None = None
     the `simulated` backend would report, thousands of placements a second."""
     backend = backend or SimulatedBackend()
     return lambda placements: backend.overall_many(task, placements).tolist()
-
-
-def analytic_splits(
-    task: PlacementTask, backend: SimulatedBackend | None = None, deadline: Deadline | None = None
-) -> tuple:
-    """The splits the analytic model picks: among `candidate_splits` (those rated before
-    `deadline`), the one whose shards the best heuristic placement (by that model) runs
-    cheapest."""
-    backend = backend or SimulatedBackend()
-    host_size = get_topology(backend.topology).host_size(task.num_devices)
-    candidates = candidate_splits(task, host_size=host_size)
-    return choose_splits(task, candidates, backend.cheapest, deadline=deadline)[0]
 
 
 def search_analytic_place(

@@ -1,0 +1,227 @@
+"""How `dreamshard` plans for a GPU hardware file: it rates with the file's analytic model, and
+leaves the plain heuristics only where that holds across the file's whole envelope.
+
+The shipped cost network learned this host's CPU kernels. A GPU's costs have another shape (a
+per-call floor, HBM and L2 bandwidths, NVLink inside a host and a NIC between hosts), and no GPU
+was here to measure them, so for a GPU file (`costs.hardware`) the planner rates every choice
+with the file's roofline on its links (`costs.roofline`, the `simulated` backend's model):
+
+- the splits: among the same `candidate_splits`, the one whose heuristic placements have the
+  lowest worst ratio to the best plain plan over the centre and the envelope's two far ends
+  (`envelope_splits`, `far_corners`), with `SPLIT_SHARE_GPU` of the budget;
+- the placement of the shards: the heuristics' placements and the learned policy's episodes
+  (greedy and sampled, from the cost network's lookahead; the policy proposes, the roofline
+  rates), then the roofline's local search (`device_search`) at the centre from the cheapest
+  until the deadline (`roofline_best`);
+- the envelope guard (`envelope_choice`): the plan is weighed against the plain heuristics'
+  plans (`PlainHeuristic`: whole tables where memory allows, what a user gets without a
+  planner) at the file's centre and at every corner of its envelope (`Hardware.corners`),
+  each plan by its worst ratio to that point's best plain plan. The answer is the plan with the
+  lowest worst ratio, the planned one only if the centre also rates it `HEURISTIC_MARGIN`
+  cheaper than the best plain plan; a plain plan keeps its heuristic's name. The default is
+  thus never worse over the envelope, by its worst ratio, than the plain heuristic least
+  worse there; it can still be dearer at some corner than that corner's best heuristic (the
+  heuristics' ranks change across the envelope, and so may the planned plan's).
+
+TorchRec's estimator is not among the planner's views: it stays an independent judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dreamshard.costs.comm import get_topology
+from dreamshard.costs.hardware import Hardware, load_hardware
+from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.errors import InfeasibleError
+from dreamshard.placement.budget import Deadline
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.planner import PlanOptions
+from dreamshard.placement.splitting import candidate_splits, choose_splits, memory_splits
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.planners.baselines import HeuristicPlanner
+from dreamshard.planners.device_search import analytic_model, device_search
+from dreamshard.tables.shards import Split
+
+# The share of the budget the roofline's split choice may use (the cost network's takes
+# `placement.budget.SPLIT_SHARE`): the split choice is most of what a GPU plan gains, and at
+# 856 tables on 128 devices a quarter of a second rated too few candidates to find it.
+SPLIT_SHARE_GPU = 0.5
+# Of the time left for placing the shards, the share the policy's rollout may use; the
+# roofline's search has the rest.
+ROLLOUT_SHARE_GPU = 0.3
+# The guard leaves the best plain heuristic only for a plan the centre rates at least this
+# much cheaper (`dreamshard_planner.HEURISTIC_MARGIN`, the cost network's margin).
+HEURISTIC_MARGIN = 0.02
+
+
+def planning_hardware(options: PlanOptions) -> Hardware | None:
+    """The GPU hardware file `options` plan for, None for the CPU (the cost network's own)."""
+    hardware = load_hardware(options.hardware or "cpu")
+    return hardware if hardware.is_gpu else None
+
+
+def roofline_backend(options: PlanOptions) -> SimulatedBackend:
+    """The roofline the planner rates with: the file at its centre, on the options' links."""
+    return SimulatedBackend(topology=options.topology, hardware=options.hardware)
+
+
+def analytic_splits(
+    task: PlacementTask, backend: SimulatedBackend | None = None, deadline: Deadline | None = None
+) -> tuple:
+    """The splits the analytic model picks: among `candidate_splits` (those rated before
+    `deadline`), the one whose shards the best heuristic placement (by that model) runs
+    cheapest."""
+    backend = backend or SimulatedBackend()
+    host_size = get_topology(backend.topology).host_size(task.num_devices)
+    candidates = candidate_splits(task, host_size=host_size)
+    return choose_splits(task, candidates, backend.cheapest, deadline=deadline)[0]
+
+
+# The envelope's two far ends the split choice weighs beside the centre: where the exchange
+# weighs most (fast kernels, the slowest network) and where the kernels do (slow kernels, the
+# fastest network). Each envelope constant's end for the first; the second takes the others.
+EXCHANGE_HEAVY = {
+    "bwd_fwd_ratio": "low",
+    "hbm_efficiency": "high",
+    "call_floor_ms": "low",
+    "inter_gbps": "low",
+}
+
+
+def far_corners(hardware: Hardware) -> list[dict[str, float]]:
+    """The exchange-heavy and the kernel-heavy corners of the file's envelope (constants the
+    table does not name stay central)."""
+    ends = {k: v for k, v in EXCHANGE_HEAVY.items() if k in hardware.envelope}
+    other = {"low": "high", "high": "low"}
+    return [
+        {k: getattr(hardware.constants[k], end) for k, end in ends.items()},
+        {k: getattr(hardware.constants[k], other[end]) for k, end in ends.items()},
+    ]
+
+
+def point_backend(hardware: Hardware, topology: str | None) -> SimulatedBackend:
+    """The roofline at one point of the file (centre or corner): on the file's links, which a
+    corner moves, unless `topology` names other links."""
+    own = topology in (None, hardware.topology_name())
+    return SimulatedBackend(topology=None if own else topology, hardware=hardware)
+
+
+def envelope_splits(
+    task: PlacementTask,
+    options: PlanOptions,
+    plain: dict[str, Placement],
+    deadline: Deadline | None = None,
+) -> tuple[Split, ...]:
+    """Among `candidate_splits`, the one whose heuristic placements have the lowest worst
+    ratio to the best `plain` plan over the centre and the two far corners (`far_corners`):
+    a split the centre likes but the exchange-heavy end does not loses to one both accept.
+    Without plain plans, the centre's choice (`analytic_splits`)."""
+    hardware = planning_hardware(options)
+    if not plain:
+        return analytic_splits(task, roofline_backend(options), deadline)
+    points = [hardware, *(hardware.at(c) for c in far_corners(hardware))]
+    views = [point_backend(point, options.topology) for point in points]
+    refs = [overall_each(view, task, list(plain.values())).min() for view in views]
+
+    def rating(shards: PlacementTask, found: list[Placement]) -> float:
+        ratios = [view.overall_many(shards, found) / ref for view, ref in zip(views, refs)]
+        return float(np.max(ratios, axis=0).min())
+
+    host_size = get_topology(views[0].topology).host_size(task.num_devices)
+    candidates = candidate_splits(task, host_size=host_size)
+    return choose_splits(task, candidates, rating, deadline=deadline)[0]
+
+
+def roofline_best(
+    task: PlacementTask, candidates: list[Placement], backend: SimulatedBackend, deadline: Deadline
+) -> Placement:
+    """The cheapest of `candidates` (legal placements of `task`'s shards as they are) by the
+    roofline, improved by its local search until `deadline`."""
+    costs = backend.overall_many(task, candidates)
+    best = candidates[int(np.argmin(costs))]
+    searched, _, steps = device_search(
+        task, best, analytic_model(task, backend), seconds=deadline.left()
+    )
+    if not steps:
+        return best
+    note = f"{best.candidate} + {steps} roofline search steps"
+    return Placement(searched.devices, "dreamshard", note)
+
+
+@dataclass(frozen=True)
+class EnvelopeChoice:
+    """What the guard weighed: the plan kept, and each plan's ratio to the best plain
+    heuristic at the centre and its worst over the corners."""
+
+    placement: Placement
+    centre: dict[str, float]
+    worst: dict[str, float]
+
+
+def envelope_choice(
+    task: PlacementTask,
+    planned: Placement,
+    plain: dict[str, Placement],
+    hardware: Hardware,
+    topology: str | None = None,
+) -> EnvelopeChoice:
+    """Of `planned` and the `plain` plans (heuristic name -> plan), the one with the lowest
+    worst ratio to the best plain plan over the file's centre and corners, `planned` only if
+    the centre rates it `HEURISTIC_MARGIN` cheaper than the best plain plan (ties: the
+    centre's cheaper). `topology`: the links planned on (None: the file's, which its corners
+    move)."""
+    points = [hardware, *(hardware.at(c) for c in hardware.corners())]
+    plans = {"planned": planned, **plain}
+    ratios = []  # [points, plans]
+    for point in points:
+        costs = overall_each(point_backend(point, topology), task, list(plans.values()))
+        ratios.append(costs / costs[1:].min())
+    ratios = np.array(ratios)
+    worst = ratios.max(axis=0)
+    names = list(plans)
+    centre = dict(zip(names, ratios[0].tolist()))
+    worst_of = dict(zip(names, worst.tolist()))
+    eligible = [n for n in names if n != "planned" or centre[n] <= 1 - HEURISTIC_MARGIN]
+    pick = min(eligible, key=lambda n: (worst_of[n], centre[n]))
+    if pick == "planned":
+        return EnvelopeChoice(planned, centre, worst_of)
+    chosen = replace(plain[pick], candidate=f"heuristic {pick}: the envelope guard")
+    return EnvelopeChoice(chosen, centre, worst_of)
+
+
+class PlainHeuristic(HeuristicPlanner):
+    """A heuristic on the memory-forced splits only (whole tables where they fit): the plain
+    plan a user gets without a planner."""
+
+    def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
+        return memory_splits(task)
+
+
+def plain_heuristics(task: PlacementTask, options: PlanOptions) -> dict[str, Placement]:
+    """Each heuristic's plain plan of `task` (`PlainHeuristic`, the task's constraints held)
+    that its packing finds."""
+    plain = replace(options, split="auto", deadline=None, time_budget=None)
+    found = {}
+    for key in HEURISTIC_KEYS:
+        try:
+            found[key] = PlainHeuristic(key).place(task, plain)
+        except InfeasibleError:  # its packing gave up; the others may not
+            continue
+    return found
+
+
+def overall_each(
+    backend: SimulatedBackend, task: PlacementTask, plans: list[Placement]
+) -> np.ndarray:
+    """Each plan's overall cost by `backend`, the plans of one split set rated together
+    (`overall_many` takes placements that share their splits)."""
+    costs = np.empty(len(plans))
+    groups: dict[tuple, list[int]] = {}
+    for i, plan in enumerate(plans):
+        groups.setdefault(plan.splits, []).append(i)
+    for members in groups.values():
+        costs[members] = backend.overall_many(task, [plans[i] for i in members])
+    return costs
