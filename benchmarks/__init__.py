@@ -9,7 +9,8 @@ planner buys; `--backend fbgemm` on real kernels, its rows and report `ablation_
 `speed` (planning time and peak memory at 856 and 10,000 tables, each planner in a process of
 its own), `torchrec` (plans in real TorchRec training steps against TorchRec's planner) and
 `units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
-estimator, at the file's centre and corners).
+estimator, at the file's centre and corners) and `envelope` (the default planner planning for
+a GPU file against the plain heuristics at the file's centre and every corner).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -25,4 +26,5 @@ STUDIES = {
     "ablation_fbgemm": "benchmarks.ablation:FBGEMM",  # `ablation --backend fbgemm`'s rows
     "planners": "benchmarks.planners:STUDY",
     "units": "benchmarks.units:STUDY",
+    "envelope": "benchmarks.envelope:STUDY",
 }
