@@ -321,6 +321,28 @@ def analytic_model(task: PlacementTask, backend: SimulatedBackend | None = None)
     return DeviceModel(vectors, terms, transfer, dims, _spread(topology, d))
 
 
+def blended_model(
+    task: PlacementTask, backends: list[SimulatedBackend], weights: list[float]
+) -> DeviceModel:
+    """The weighted sum of several backends' analytic models of `task` (one hardware file at
+    several points: its centre and corners): each device's forward, backward and exchange are
+    the weighted sums of theirs, so a search on it balances the devices under all of them at
+    once. The backends must share the task's quantities and hosts (points of one file do)."""
+    models = [analytic_model(task, backend) for backend in backends]
+
+    def terms(sums):
+        parts = [model.terms(sums) for model in models]
+        fwd = sum(w * part[0] for w, part in zip(weights, parts))
+        bwd = sum(w * part[1] for w, part in zip(weights, parts))
+        return fwd, bwd, None
+
+    def transfer(widths, host):
+        return sum(w * model.transfer(widths, host) for w, model in zip(weights, models))
+
+    first = models[0]
+    return DeviceModel(first.vectors, terms, transfer, first.dims, first.hosts)
+
+
 def _spread(topology: Topology, d: int) -> np.ndarray | None:
     """Each of `d` devices' host when the topology spans hosts there, else None."""
     return topology.hosts_of(d) if topology.host_size(d) < d else None

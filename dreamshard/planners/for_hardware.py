@@ -8,11 +8,11 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
 
 - the splits: among the same `candidate_splits`, the one whose heuristic placements have the
   lowest worst ratio to the best plain plan over the centre and the envelope's two far ends
-  (`envelope_splits`, `far_corners`), with `SPLIT_SHARE_GPU` of the budget;
-- the placement of the shards: the heuristics' placements and the learned policy's episodes
-  (greedy and sampled, from the cost network's lookahead; the policy proposes, the roofline
-  rates), then the roofline's local search (`device_search`) at the centre from the cheapest
-  until the deadline (`roofline_best`);
+  (`envelope_splits`, `far_corners`), in the split choice's share of the budget;
+- the placement of the shards: the heuristics' placements, the one with the lowest worst ratio
+  over the centre and the far ends searched on their weighted sum, the weights moved towards
+  the view it does worst under (`roofline_best`), until the deadline. The learned policy is not
+  weighed (it learned the CPU; `dreamshard_planner.roofline_shards_place` says why);
 - the envelope guard (`envelope_choice`): the plan is weighed against the plain heuristics'
   plans (`PlainHeuristic`: whole tables where memory allows, what a user gets without a
   planner) at the file's centre and at every corner of its envelope (`Hardware.corners`),
@@ -42,16 +42,14 @@ from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits, memory_splits
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.baselines import HeuristicPlanner
-from dreamshard.planners.device_search import analytic_model, device_search
+from dreamshard.planners.device_search import blended_model, device_search
 from dreamshard.tables.shards import Split
 
-# The share of the budget the roofline's split choice may use (the cost network's takes
-# `placement.budget.SPLIT_SHARE`): the split choice is most of what a GPU plan gains, and at
-# 856 tables on 128 devices a quarter of a second rated too few candidates to find it.
-SPLIT_SHARE_GPU = 0.5
-# Of the time left for placing the shards, the share the policy's rollout may use; the
-# roofline's search has the rest.
-ROLLOUT_SHARE_GPU = 0.3
+# The planner's search for the placement whose worst ratio over its views is lowest: this many
+# searches on the views' weighted sum, each view's weight raised by exp(BLEND_RATE x its
+# relative excess) after each.
+BLEND_ROUNDS = 4
+BLEND_RATE = 8.0
 # The guard leaves the best plain heuristic only for a plan the centre rates at least this
 # much cheaper (`dreamshard_planner.HEURISTIC_MARGIN`, the cost network's margin).
 HEURISTIC_MARGIN = 0.02
@@ -135,20 +133,47 @@ def envelope_splits(
     return choose_splits(task, candidates, rating, deadline=deadline)[0]
 
 
+def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
+    """The roofline at the file's centre and at the envelope's two far ends (`far_corners`),
+    on the options' links: the views the planner weighs a placement under."""
+    hardware = planning_hardware(options)
+    points = [hardware, *(hardware.at(c) for c in far_corners(hardware))]
+    return [point_backend(point, options.topology) for point in points]
+
+
 def roofline_best(
-    task: PlacementTask, candidates: list[Placement], backend: SimulatedBackend, deadline: Deadline
+    task: PlacementTask,
+    candidates: list[Placement],
+    views: list[SimulatedBackend],
+    deadline: Deadline,
 ) -> Placement:
-    """The cheapest of `candidates` (legal placements of `task`'s shards as they are) by the
-    roofline, improved by its local search until `deadline`."""
-    costs = backend.overall_many(task, candidates)
-    best = candidates[int(np.argmin(costs))]
-    searched, _, steps = device_search(
-        task, best, analytic_model(task, backend), seconds=deadline.left()
-    )
-    if not steps:
+    """Of `candidates` (legal placements of `task`'s shards as they are), the one with the
+    lowest worst ratio to the cheapest candidate under each of `views` (the centre first),
+    improved until `deadline` by searches on the views' weighted sum
+    (`device_search.blended_model`), the weights moved towards the view the plan does worst
+    under after each (`BLEND_ROUNDS` rounds): a search for the plan whose worst ratio over the
+    views is lowest, which one weighted sum alone does not find."""
+    costs = np.array([view.overall_many(task, candidates) for view in views])  # [V, C]
+    scale = costs.min(axis=1)
+    worst = (costs / scale[:, None]).max(axis=0)
+    best, best_worst = candidates[int(worst.argmin())], float(worst.min())
+    current, weights, steps = best, np.ones(len(views)), 0
+    for done in range(BLEND_ROUNDS):
+        if deadline.passed():
+            break
+        model = blended_model(task, views, (weights / scale).tolist())
+        seconds = deadline.left() / (BLEND_ROUNDS - done)
+        current, _, found = device_search(task, current, model, seconds=seconds)
+        steps += found
+        ratios = np.array([v.overall_many(task, [current])[0] for v in views]) / scale
+        if ratios.max() < best_worst:
+            best, best_worst = current, float(ratios.max())
+        weights = weights * np.exp(BLEND_RATE * (ratios - ratios.mean()) / ratios.mean())
+        weights = weights / weights.sum() * len(views)
+    if best is candidates[int(worst.argmin())]:
         return best
-    note = f"{best.candidate} + {steps} roofline search steps"
-    return Placement(searched.devices, "dreamshard", note)
+    start = candidates[int(worst.argmin())].candidate
+    return Placement(best.devices, "dreamshard", f"{start} + {steps} roofline search steps")
 
 
 @dataclass(frozen=True)
