@@ -10,7 +10,8 @@ planner buys; `--backend fbgemm` on real kernels, its rows and report `ablation_
 its own), `torchrec` (plans in real TorchRec training steps against TorchRec's planner) and
 `units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
 estimator, at the file's centre and corners) and `envelope` (the default planner planning for
-a GPU file against the plain heuristics at the file's centre and every corner).
+a GPU file against the plain heuristics at the file's centre and every corner) and `published`
+(the GPU units beside the published step times of NVIDIA-Merlin's synthetic models).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -27,4 +28,5 @@ STUDIES = {
     "planners": "benchmarks.planners:STUDY",
     "units": "benchmarks.units:STUDY",
     "envelope": "benchmarks.envelope:STUDY",
+    "published": "benchmarks.published:STUDY",
 }

@@ -10,9 +10,10 @@ per-task best is the reference: what a user gets without a planner), and `dreams
 constants on its links, with its default time budget (the arm's seconds are its plan time).
 Judges, exact, nothing measured: the simulated backend's roofline (`costs.roofline`) at the
 centre and at the 16 corners of the file's envelope, and TorchRec's `EmbeddingPerfEstimator`
-(`torchrec-estimator`) at the centre. The planner rates with the roofline (its centre, the
-envelope's two far ends for its splits, all 16 corners for its guard), never with TorchRec's
-estimator, which so stays an independent judge; both are models of a GPU that was not here.
+(`torchrec-estimator`) at the centre and the 8 corners it tells apart (it has no floor). The
+planner rates with the roofline (its centre, the envelope's two far ends for its splits, all 16
+corners for its guard), never with TorchRec's estimator, which so stays an independent judge;
+both are models of a GPU that was not here.
 """
 
 from __future__ import annotations
@@ -39,16 +40,22 @@ SIM, EST = "roofline", "torchrec-estimator"
 CORNERS = 16
 
 
-def corner_name(i: int) -> str:
-    return f"{SIM} corner {i:02d}"
+def corner_name(i: int, judge: str = SIM) -> str:
+    return f"{judge} corner {i:02d}"
 
 
 def cell(memory: str, judge: str, arm: str = AUTO) -> str:
     return f"{arm} vs best plain heuristic, {memory} memory, {judge}"
 
 
-WORST_MEAN = f"{AUTO} vs best plain heuristic, {SIM}, worst corner (geomean over tasks)"
-WORST_TASK = f"{AUTO} vs best plain heuristic, {SIM}, worst task at any corner"
+def worst_mean(judge: str) -> str:
+    return f"{AUTO} vs best plain heuristic, {judge}, worst corner (geomean over tasks)"
+
+
+def worst_task(judge: str) -> str:
+    return f"{AUTO} vs best plain heuristic, {judge}, worst task at any corner"
+
+
 PLAN_TIME = f"{AUTO} plan time (s), median over tasks"
 
 
@@ -74,6 +81,10 @@ class EnvelopeStudy(Study):
         self.centre = SimulatedBackend(hardware=self.hardware)
         self.at_corners = [SimulatedBackend(hardware=self.hardware.at(c)) for c in self.corners]
         self.estimator = TorchRecEstimatorBackend(self.hardware)
+        # TorchRec's estimator has no per-call floor: the corners that differ only there are
+        # one corner to it, judged once (at the floor's low end)
+        floor = self.hardware.constants["call_floor_ms"].low
+        self.est_corners = [i for i, c in enumerate(self.corners) if c["call_floor_ms"] == floor]
         corners = "; ".join(
             f"{i:02d}: " + ", ".join(f"{k} {v:g}" for k, v in c.items())
             for i, c in enumerate(self.corners)
@@ -82,8 +93,9 @@ class EnvelopeStudy(Study):
             f"Hardware file {self.hardware.name} (sha256 {self.hardware.sha256[:12]}), plans at "
             f"its centre on its links ({self.hardware.topology_name()}). Ratios: over the "
             "per-task best of the four heuristics on memory-forced splits, judged alike; "
-            "geometric mean [bootstrap 95% interval over tasks]. TorchRec's estimator judges "
-            f"the centre only in this run. Corners: {corners}."
+            "geometric mean [bootstrap 95% interval over tasks]. TorchRec's estimator, which has "
+            "no per-call floor, judges the centre and the corners at the floor's low end (the "
+            f"others are the same to it). Corners: {corners}."
         )
 
     def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
@@ -120,6 +132,9 @@ class EnvelopeStudy(Study):
             out.append(
                 Judge(corner_name(i), lambda t, p, b=backend: float(b.overall_many(t, [p])[0]))
             )
+        for i in self.est_corners:
+            judge = TorchRecEstimatorBackend(self.hardware.at(self.corners[i]))
+            out.append(Judge(corner_name(i, EST), lambda t, p, j=judge: j.measure(t, p).overall))
         return out
 
     def figures(self, rows: list[dict]) -> dict[str, Figure]:
@@ -129,12 +144,15 @@ class EnvelopeStudy(Study):
             for arm in (AUTO, NONE):
                 for judge in (SIM, EST):
                     out[cell(memory, judge, arm)] = ratio_figure(part, arm, REFERENCE, judge)
-        at_corners = [ratio_figure(rows, AUTO, REFERENCE, corner_name(i)) for i in range(CORNERS)]
-        worst = max(range(CORNERS), key=lambda i: np.nan_to_num(at_corners[i].value, nan=-1))
-        self.worst_corner = worst
-        out[WORST_MEAN] = at_corners[worst]
-        tasks = [worst_figure(rows, AUTO, REFERENCE, corner_name(i)) for i in range(CORNERS)]
-        out[WORST_TASK] = max(tasks, key=lambda f: np.nan_to_num(f.value, nan=-1))
+        self.worst_corner = {}
+        for judge, corners in ((SIM, range(CORNERS)), (EST, self.est_corners)):
+            names = [corner_name(i, judge) for i in corners]
+            at = [ratio_figure(rows, AUTO, REFERENCE, name) for name in names]
+            worst = max(range(len(at)), key=lambda k: np.nan_to_num(at[k].value, nan=-1))
+            self.worst_corner[judge] = names[worst]
+            out[worst_mean(judge)] = at[worst]
+            tasks = [worst_figure(rows, AUTO, REFERENCE, name) for name in names]
+            out[worst_task(judge)] = max(tasks, key=lambda f: np.nan_to_num(f.value, nan=-1))
         seconds = [r["plans"][AUTO].get("seconds") for r in rows if AUTO in r["plans"]]
         seconds = [s for s in seconds if s is not None]
         median = float(np.median(seconds)) if seconds else float("nan")
@@ -150,19 +168,23 @@ class EnvelopeStudy(Study):
             if " memory, " in name
         ]
         lines += [format_table(["arm", "memory, judge", "ratio [95%]"], table), "```", ""]
-        lines += ["## dreamshard auto at each corner (roofline)", "", "```"]
+        lines += ["## dreamshard auto at each corner", "", "```"]
         table = []
         for i, corner in enumerate(self.corners):
-            ratio = ratio_figure(rows, AUTO, REFERENCE, corner_name(i))
-            worst = worst_figure(rows, AUTO, REFERENCE, corner_name(i))
-            table.append(
-                [f"{i:02d}", ", ".join(f"{v:g}" for v in corner.values()), ratio.cell()]
-                + [f"{worst.value:.3f}"]
-            )
-        headers = ["corner", ", ".join(self.corners[0]), "ratio [95%]", "worst task"]
+            row = [f"{i:02d}", ", ".join(f"{v:g}" for v in corner.values())]
+            for judge in (SIM, EST):
+                name = corner_name(i, judge)
+                if judge == EST and i not in self.est_corners:
+                    row += ["as the corner without its floor", "-"]
+                    continue
+                worst = worst_figure(rows, AUTO, REFERENCE, name)
+                row += [ratio_figure(rows, AUTO, REFERENCE, name).cell(), f"{worst.value:.3f}"]
+            table.append(row)
+        headers = ["corner", ", ".join(self.corners[0]), SIM, "worst task", EST, "worst task"]
         lines += [format_table(headers, table), "```", ""]
         lines.append(
-            f"Worst corner by geometric mean: {self.worst_corner:02d}. Plan time of "
+            f"Worst corners by geometric mean: {self.worst_corner[SIM]}, "
+            f"{self.worst_corner[EST]}. Plan time of "
             f"`{AUTO}`: median {figures[PLAN_TIME].value:.2f} s, slowest {self.slowest:.2f} s "
             "(this host, one thread, the runner's process)."
         )
@@ -187,8 +209,10 @@ STUDY = EnvelopeStudy(
         Target(cell("loose", EST), at_most=0.85),
         Target(cell("binding", SIM), at_most=0.90),
         Target(cell("binding", EST), at_most=0.90),
-        Target(WORST_MEAN, at_most=1.00),
-        Target(WORST_TASK, at_most=1.02),
+        Target(worst_mean(SIM), at_most=1.00),
+        Target(worst_task(SIM), at_most=1.02),
+        Target(worst_mean(EST), at_most=1.00),
+        Target(worst_task(EST), at_most=1.02),
         Target(PLAN_TIME, at_most=1.0),
     ),
 )
