@@ -11,7 +11,8 @@ its own), `torchrec` (plans in real TorchRec training steps against TorchRec's p
 `units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
 estimator, at the file's centre and corners) and `envelope` (the default planner planning for
 a GPU file against the plain heuristics at the file's centre and every corner) and `published`
-(the GPU units beside the published step times of NVIDIA-Merlin's synthetic models).
+(the GPU units beside the published step times of NVIDIA-Merlin's synthetic models), and
+`torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -29,4 +30,5 @@ STUDIES = {
     "units": "benchmarks.units:STUDY",
     "envelope": "benchmarks.envelope:STUDY",
     "published": "benchmarks.published:STUDY",
+    "torchrec_fair": "benchmarks.fair:STUDY",
 }

@@ -24,6 +24,9 @@ from dreamshard.files import read_json, write_text_atomic
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS_LIMIT = 200_000  # bytes a study's rows may take in git
+# floats kept to this many significant digits: a cost to 1e-9 of itself, half the bytes of
+# a full repr, and far below any ratio a report prints (the units study checks one to 1e-6)
+ROWS_DIGITS = 9
 IMPORTED = "study.rows_sha256"  # the tag an imported run carries: which rows file made it
 
 
@@ -77,7 +80,8 @@ def rows_path(name: str, folder: Path = RESULTS) -> Path:
 
 def write_rows(path: Path, meta: dict, rows: list[dict]) -> None:
     """The rows file, atomically; a DreamshardError when it would pass its size in git."""
-    text = json.dumps({"meta": meta, "rows": rows}, indent=None, separators=(",", ":"))
+    data = {"meta": meta, "rows": rounded(rows)}
+    text = json.dumps(data, indent=None, separators=(",", ":"))
     text = text.replace('},{"task"', '},\n{"task"') + "\n"  # a task a line: diffs read
     if len(text.encode()) > ROWS_LIMIT:
         raise DreamshardError(
@@ -85,6 +89,17 @@ def write_rows(path: Path, meta: dict, rows: list[dict]) -> None:
             "KB a study's rows may take: keep per-task figures only"
         )
     write_text_atomic(path, text)
+
+
+def rounded(value, digits: int = ROWS_DIGITS):
+    """`value` with every float to `digits` significant digits (nested lists and dicts)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    return value
 
 
 def read_rows(path: Path) -> tuple[dict, list[dict]]:
