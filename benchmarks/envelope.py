@@ -22,19 +22,16 @@ import argparse
 
 import numpy as np
 
-from benchmarks.parts.scale_tasks import memory_split_place, study_task
+from benchmarks.parts.scale_tasks import REFERENCE, grid_tasks, reference_arms
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, ratio_figure, worst_figure
-from dreamshard.cli.args import number_list
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.integrations.torchrec_judge import TorchRecEstimatorBackend
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_table
 
-REFERENCE = tuple(f"{key} (memory splits)" for key in HEURISTIC_KEYS)
 AUTO, NONE = "dreamshard auto", "dreamshard none"
 SIM, EST = "roofline", "torchrec-estimator"
 CORNERS = 16
@@ -106,19 +103,10 @@ class EnvelopeStudy(Study):
         )
 
     def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
-        return [
-            study_task(table_set, seed, int(devices), memory)
-            for table_set in args.sets.split(",")
-            for devices in args.devices.split(",")
-            for memory in args.memory.split(",")
-            for seed in number_list(args.seeds, "--seeds")
-        ]
+        return grid_tasks(args.sets, args.devices, args.memory, args.seeds)
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
-        arms = [
-            Arm(name, lambda t, k=key: memory_split_place(t, k))
-            for name, key in zip(REFERENCE, HEURISTIC_KEYS)
-        ]
+        arms = reference_arms()
         for name, split in ((AUTO, "auto"), (NONE, "none")):
             planner = named_planner(
                 "dreamshard",

@@ -18,10 +18,9 @@ import argparse
 
 import numpy as np
 
-from benchmarks.parts.scale_tasks import study_task
+from benchmarks.parts.scale_tasks import grid_tasks
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, ratio_figure
-from dreamshard.cli.args import number_list
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.integrations.torchrec_judge import TorchRecEstimatorBackend
@@ -62,11 +61,7 @@ class FairStudy(Study):
         )
 
     def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
-        return [
-            study_task("dlrm-856", seed, int(devices), "loose")
-            for devices in args.devices.split(",")
-            for seed in number_list(args.seeds, "--seeds")
-        ]
+        return grid_tasks("dlrm-856", args.devices, "loose", args.seeds)
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
         hw, seconds = self.hardware, args.torchrec_seconds

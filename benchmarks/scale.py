@@ -20,14 +20,14 @@ import numpy as np
 
 from benchmarks.parts.scale_tasks import (
     MEMORY_SETTINGS,
+    REFERENCE,
     STUDY_SETS,
     TOPOLOGY,
-    memory_split_place,
-    study_task,
+    grid_tasks,
+    reference_arms,
 )
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, ratio_figure
-from dreamshard.cli.args import number_list
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.integrations.torchrec_judge import torchrec_judge
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
@@ -36,7 +36,6 @@ from dreamshard.report import format_table
 
 OURS, TORCHREC = "dreamshard auto", "torchrec (no reservation)"
 TORCHREC_TW = "torchrec table-wise (no reservation)"
-REFERENCE = tuple(f"{key} (memory splits)" for key in HEURISTIC_KEYS)
 JUDGES = ("simulated", "torchrec")
 # (devices, memory or None for both, versus, judge, at most)
 GOALS = (
@@ -92,19 +91,10 @@ class ScaleStudy(Study):
         )
 
     def tasks(self, args: argparse.Namespace):
-        return [
-            study_task(table_set, seed, int(devices), memory)
-            for table_set in args.sets.split(",")
-            for devices in args.devices.split(",")
-            for memory in args.memory.split(",")
-            for seed in number_list(args.seeds, "--seeds")
-        ]
+        return grid_tasks(args.sets, args.devices, args.memory, args.seeds)
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
-        arms = [
-            Arm(name, lambda t, k=key: memory_split_place(t, k))
-            for name, key in zip(REFERENCE, HEURISTIC_KEYS)
-        ]
+        arms = reference_arms()
         named = [(f"{key} auto", key, None, "auto", {}) for key in HEURISTIC_KEYS]
         named += [
             ("search_analytic auto", "search_analytic", None, "auto", {}),

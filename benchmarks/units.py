@@ -20,23 +20,20 @@ import argparse
 
 import numpy as np
 
-from benchmarks.parts.scale_tasks import memory_split_place, study_task
+from benchmarks.parts.scale_tasks import REFERENCE, grid_tasks, reference_arms
 from benchmarks.parts.torchrec_reported import torchrec_reported_place
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, mean_figure, ratio_figure
-from dreamshard.cli.args import number_list
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.costs.types import COST_TERMS
 from dreamshard.integrations.torchrec_judge import TorchRecEstimatorBackend
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.registry import named_planner
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import Table
 
-REFERENCE = tuple(f"{key} (memory splits)" for key in HEURISTIC_KEYS)
 OURS, SEARCH, TORCHREC = "dreamshard auto", "search_analytic auto", "torchrec"
 SIM, EST = "simulated", "torchrec-estimator"
 AGREEMENT = "TorchRec's reported perf over the torchrec-estimator judge"
@@ -85,19 +82,11 @@ class UnitsStudy(Study):
         )
 
     def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
-        tasks = [
-            study_task(table_set, seed, int(devices), "loose")
-            for table_set in args.sets.split(",")
-            for devices in args.devices.split(",")
-            for seed in number_list(args.seeds, "--seeds")
-        ]
+        tasks = grid_tasks(args.sets, args.devices, "loose", args.seeds)
         return [agreement_task(int(load_hardware(args.hardware).value("memory_bytes"))), *tasks]
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
-        arms = [
-            Arm(name, lambda t, k=key: memory_split_place(t, k))
-            for name, key in zip(REFERENCE, HEURISTIC_KEYS)
-        ]
+        arms = reference_arms()
         for name, method, model in (
             (SEARCH, "search_analytic", None),
             (OURS, "dreamshard", self.model),

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from benchmarks.study import Arm
+from dreamshard.cli.args import number_list
 from dreamshard.errors import DreamshardError
-from dreamshard.placement.heuristics import greedy_place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.splitting import memory_splits, split_place
 from dreamshard.placement.suites import capped_task, parse_suite_name, split_pool
 from dreamshard.placement.tasks import Placement, PlacementTask
@@ -27,6 +29,9 @@ STUDY_SETS = ("dlrm-428", "dlrm-856", "wide-856")
 MEMORY_SETTINGS = ("loose", "binding")
 BINDING_SLACK = 1.2  # the binding setting's cap over the even share
 TOPOLOGY = "nvlink-rdma"  # hosts of 8
+# the heuristics on the memory-forced splits, as the studies name them: their per-task best is
+# the reference the scale, units and envelope studies' ratios are over
+REFERENCE = tuple(f"{key} (memory splits)" for key in HEURISTIC_KEYS)
 
 
 def study_tables(table_set: str, seed: int) -> list:
@@ -57,3 +62,23 @@ def study_task(table_set: str, seed: int, devices: int, memory: str) -> Placemen
 def memory_split_place(task: PlacementTask, key: str) -> Placement:
     """Heuristic `key` on the task's memory-forced splits only (whole tables where they fit)."""
     return split_place(task, memory_splits(task), lambda shards: greedy_place(shards, key), key)
+
+
+def grid_tasks(sets: str, devices: str, memory: str, seeds: str) -> list[PlacementTask]:
+    """`study_task` of every table set, device count and memory setting (comma lists) and seed
+    (as 0-3 or 0,2), in that order of loops."""
+    return [
+        study_task(table_set, seed, int(count), setting)
+        for table_set in sets.split(",")
+        for count in devices.split(",")
+        for setting in memory.split(",")
+        for seed in number_list(seeds, "--seeds")
+    ]
+
+
+def reference_arms() -> list[Arm]:
+    """The four heuristics on the memory-forced splits, named as `REFERENCE`."""
+    return [
+        Arm(name, lambda t, k=key: memory_split_place(t, k))
+        for name, key in zip(REFERENCE, HEURISTIC_KEYS)
+    ]

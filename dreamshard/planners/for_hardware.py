@@ -63,7 +63,7 @@ def planning_hardware(options: PlanOptions) -> Hardware | None:
 
 def roofline_backend(options: PlanOptions) -> SimulatedBackend:
     """The roofline the planner rates with: the file at its centre, on the options' links."""
-    return SimulatedBackend(topology=options.topology, hardware=options.hardware)
+    return point_backend(planning_hardware(options), options.topology)
 
 
 def analytic_splits(
@@ -117,11 +117,9 @@ def envelope_splits(
     ratio to the best `plain` plan over the centre and the two far corners (`far_corners`):
     a split the centre likes but the exchange-heavy end does not loses to one both accept.
     Without plain plans, the centre's choice (`analytic_splits`)."""
-    hardware = planning_hardware(options)
+    views = envelope_views(options)
     if not plain:
-        return analytic_splits(task, roofline_backend(options), deadline)
-    points = [hardware, *(hardware.at(c) for c in far_corners(hardware))]
-    views = [point_backend(point, options.topology) for point in points]
+        return analytic_splits(task, views[0], deadline)
     refs = [overall_each(view, task, list(plain.values())).min() for view in views]
 
     def rating(shards: PlacementTask, found: list[Placement]) -> float:
