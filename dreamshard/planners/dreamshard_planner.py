@@ -22,6 +22,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from dreamshard.costs.comm import get_topology
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.learn.costnet import CostNet, compose_overall, occupied
 from dreamshard.learn.model_file import DreamShardModel, resolve_model
@@ -368,6 +369,7 @@ class DreamShardMethod(BasePlanner):
     def place(self, task: PlacementTask, options: PlanOptions) -> Placement:
         """`BasePlanner.place`; for a GPU file (and samples above 0) weighed against the plain
         heuristics over the file's envelope (`for_hardware.envelope_choice`)."""
+        options = replace(options, hardware=load_hardware(options.hardware or "cpu"))  # read once
         hardware = planning_hardware(options)
         if hardware is None or options.samples == 0:
             return super().place(task, options)
