@@ -146,7 +146,8 @@ def evaluate_models(
             CostDataset(dataset),
             rounds,
             suite,
-            fanout=TaskFanout(BackendSpec(eval_backend), on_cluster=bool(cluster)),
+            # its rounds are paired within this run: no reference group (`BackendSpec`)
+            fanout=TaskFanout(BackendSpec(eval_backend, reference=False), bool(cluster)),
         )
         promote = (
             "champion" not in planners or evaluation.paired_ratio("candidate", "champion") < 1.0

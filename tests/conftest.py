@@ -250,3 +250,13 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(session, config, items) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept within
+
+
+def pytest_configure(config) -> None:
+    """Under pytest-xdist each of the two workers gets one torch thread: two workers of two
+    threads each on a 2-core host only wait on each other (timing a kernel gives the process
+    its own count back after, `costs/tbe.py`, so this is set once here)."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)

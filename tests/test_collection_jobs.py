@@ -4,7 +4,7 @@ from dreamshard.costs.collect import collect, collection_jobs
 from dreamshard.costs.dataset import CostDataset
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet_data import load_examples
-from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.suites import make_suite, parse_suite_name
 from dreamshard.placement.tasks import is_legal
 
@@ -25,6 +25,23 @@ def test_jobs_are_distinct_and_repeat_exactly():
     assert len(set(keys)) == len(keys) == 12
     again = [(job.task.name, job.placement.devices) for job in collection_jobs(suite, 12)]
     assert again == keys
+
+
+def test_a_heuristic_places_each_task_once_however_many_passes(monkeypatch):
+    # a heuristic's whole-table placement is its key's alone: later passes reuse the answer
+    import dreamshard.planners.baselines as baselines
+
+    calls = []
+
+    def counted(task, key_name):
+        calls.append((task.name, key_name))
+        return greedy_place(task, key_name)
+
+    monkeypatch.setattr(baselines, "greedy_place", counted)
+    suite = make_suite(parse_suite_name("cpu-12x2", num_train_tasks=3, num_test_tasks=1))
+    jobs = list(collection_jobs(suite, 40))
+    assert len(jobs) == 40 and {j.placement.method for j in jobs} == {"random", *HEURISTIC_KEYS}
+    assert len(calls) == len(set(calls)) <= 3 * len(HEURISTIC_KEYS)
 
 
 def test_the_warm_start_can_spread_the_tasks_over_other_device_counts():

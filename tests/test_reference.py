@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dreamshard.costs.dataset import CostDataset, hardware, measurement_key
+from dreamshard.costs.fanout import BackendSpec
 from dreamshard.costs.fbgemm import FbgemmBackend
 from dreamshard.costs.reference import NOMINAL_MS, normalised, reference_tables, term_factors
 from dreamshard.costs.simulated import SimulatedBackend
@@ -93,6 +94,28 @@ def test_a_measurement_without_a_reference_cannot_be_normalised():
     for cost in (plain, SimulatedBackend().measure(task, placement)):
         with pytest.raises(DreamshardError, match="no reference"):
             normalised(cost)
+
+
+def test_an_evaluation_measures_without_the_reference_under_the_same_key():
+    # the evaluate flow's spec: its rounds are compared within the run, so no reference group
+    spec = BackendSpec("fbgemm", iterations=3, reference=False)
+    backend = spec.build()
+    cost = backend.measure(tiny_task(), Placement((0, 1, 0, 1)))
+    assert "reference_ms" not in cost.info and cost.overall > 0
+    assert backend.config() == BackendSpec("fbgemm", iterations=3).build().config()
+    assert BackendSpec("simulated", reference=False).build().name == "simulated"
+
+
+def test_timing_gives_the_process_its_torch_threads_back():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # FAST times on one thread; a cost network fitted next needs its own
+    try:
+        FbgemmBackend(timing=FAST).measure(tiny_task(), Placement((0, 0, 1, 1)))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_normalised_labels_come_from_the_stored_reference(tmp_path):

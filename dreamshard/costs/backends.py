@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
@@ -23,13 +25,15 @@ def make_backend(
     topology: str = "auto",
     rounds: int | None = None,
     hardware: str | None = None,
+    reference: bool = True,
 ) -> CostBackend:
     """`fbgemm` (real kernels on this host), `simulated` (the analytic model of `hardware`:
     the calibrated CPU model, or a GPU file's roofline), `dmp` (real TorchRec training steps
     under torchrun; `iterations` sets its timed steps and `rounds` its interleaved rounds a
     launch, of which a label is the median) or `torchrec-estimator` (TorchRec's perf model
     with a GPU hardware file's constants; times nothing). `hardware`: a hardware file's name
-    or path (None: cpu; the estimator's, TorchRec's own constants)."""
+    or path (None: cpu; the estimator's, TorchRec's own constants). `reference` False: fbgemm
+    times no reference group (`costs/reference.py`; records then have no normalised cost)."""
     if rounds is not None and name != "dmp":
         raise DreamshardError(
             f"measurement rounds apply to the dmp backend only, not {name!r}; drop the rounds"
@@ -48,7 +52,8 @@ def make_backend(
     if build is None:
         known = ", ".join(BACKENDS + JUDGES)
         raise DreamshardError(f"unknown backend {name!r}; choose one of {known}")
-    return build(iterations, launcher, None if topology == "auto" else topology, rounds, chosen)
+    backend = build(iterations, launcher, None if topology == "auto" else topology, rounds, chosen)
+    return backend if reference or name != "fbgemm" else replace(backend, reference=False)
 
 
 def _fbgemm(iterations, launcher, topology, _rounds, _hardware) -> CostBackend:

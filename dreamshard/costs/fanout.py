@@ -56,6 +56,10 @@ class BackendSpec:
     # seconds each job waits, holding the lock, before it is measured: a stand-in for a slow
     # measurement (the fan-out benchmark's and tests' fixed-time jobs); 0 for real work
     delay_s: float = 0.0
+    # fbgemm: time the reference group inside each measurement (costs/reference.py), which
+    # makes labels of different runs comparable; an evaluation, whose rounds are compared
+    # within the run, pairs without it (a quarter less time a measurement here)
+    reference: bool = True
 
     def make(self) -> CostBackend:
         """This process's backend for these settings (made once, then kept)."""
@@ -64,7 +68,13 @@ class BackendSpec:
     def build(self) -> CostBackend:
         """A new backend with these settings."""
         return make_backend(
-            self.name, self.iterations, self.launcher, self.topology, self.rounds, self.hardware
+            self.name,
+            self.iterations,
+            self.launcher,
+            self.topology,
+            self.rounds,
+            self.hardware,
+            self.reference,
         )
 
     def resources(self, job) -> dict[str, int]:

@@ -154,10 +154,20 @@ def time_groups_with_reference(
 
 
 def _time_all(groups: list[GroupInput], config: TimingConfig, own: int) -> list[GroupTiming]:
-    """Time every group round-robin; groups from index `own` on ride along (the reference)."""
+    """Time every group round-robin; groups from index `own` on ride along (the reference).
+    On the CPU the kernels run on `config.threads` threads; the process's own count comes back
+    after (a cost network fitted next in the same process keeps its threads)."""
     device = resolve_device(config.device)
+    previous = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(config.threads)
+    try:
+        return _time_on(groups, config, own, device)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _time_on(groups: list[GroupInput], config: TimingConfig, own: int, device) -> list[GroupTiming]:
     clock = _Clock(device)
     flush = torch.empty(config.flush_bytes // 4, dtype=torch.float32, device=device)
     prepared = []
