@@ -39,6 +39,7 @@ def pipeline(
     eval_backend: str | None = None,
     cluster: str | None = None,
     train_tasks: int = 50,
+    pretrain_steps: int = 1500,
 ) -> dict:
     """The four flows in a row, each an MLflow run nested under this one.
 
@@ -47,7 +48,9 @@ def pipeline(
     scheduler's address, or local / local:N) measures the cost collection, the policy's
     training and the evaluation (a task's rounds a job) on its workers. `train_tasks`: the
     suite's training tasks the collection and the policy's training spread over (on `dmp`, a
-    few, so that a launch measures several placements of one task).
+    few, so that a launch measures several placements of one task). `pretrain_steps`: the
+    steps of the cost network's simulated prior (`learn/pretrain.py`): half of `dreamshard
+    train`'s 3000, which keeps the main job within five minutes here.
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
@@ -61,7 +64,15 @@ def pipeline(
             cluster=cluster,
             train_tasks=train_tasks,
         )
-        costnet = train_cost_model(suite, backend, costnet_steps, seed, out, parent_run_id=parent)
+        costnet = train_cost_model(
+            suite,
+            backend,
+            costnet_steps,
+            seed,
+            out,
+            parent_run_id=parent,
+            pretrain_steps=pretrain_steps,
+        )
         versions = train_policy(
             suite,
             backend,

@@ -26,8 +26,10 @@ def train_cost_model(
     seed: int = 0,
     out: str | None = None,
     parent_run_id: str | None = None,
+    pretrain_steps: int = TrainConfig.pretrain_steps,
 ) -> str:
-    """Fit a fresh cost network (80% of the measurements; the latest 20% scored); its file."""
+    """Fit a fresh cost network (80% of the measurements; the latest 20% scored); its file.
+    `pretrain_steps`: the steps of the simulated prior fitted first (`learn/pretrain.py`)."""
     folder = work_dir(suite, out)
     config = TrainConfig(
         suite=suite,
@@ -37,6 +39,7 @@ def train_cost_model(
         costnet_steps=steps,
         seed=seed,
         dataset=str(folder / "costs.sqlite"),
+        pretrain_steps=pretrain_steps,
     )
     params = {
         "suite": suite,
