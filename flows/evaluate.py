@@ -1,6 +1,7 @@
 """Flow `evaluate`: every planner on held-out tasks, measured; promotes the candidate or not.
 
-Planners: random, the four heuristics, the candidate model and the current champion; with
+Planners: random (unless `random_baseline` is off), the four heuristics, the candidate model
+and the current champion; with
 `refine_backend`, also `candidate_refined`, the candidate's placement refined by measurement
 (`dreamshard.evaluation.refine`; it never counts as the candidate's own). The
 candidate becomes `champion` (in both registered models) only when its measured cost beats the
@@ -93,6 +94,7 @@ def evaluate_models(
     refine_seconds: float = REFINE_SECONDS,
     eval_backend: str | None = None,
     cluster: str | None = None,
+    random_baseline: bool = True,
 ) -> dict:
     """Measure every planner on `tasks` held-out tasks in `rounds` interleaved rounds.
 
@@ -104,7 +106,9 @@ def evaluate_models(
     (default: `backend`, whose costs the models were trained on). Each task's rounds are one
     retried Prefect task (`flows.common.measure_in_order`), here or, with `cluster` (run it
     through `flows.common.on_cluster`), on one Dask worker; this flow stores what comes back.
-    Returns the summary and the decision.
+    `random_baseline` False leaves the random placement out (no ratio, and not the promotion,
+    uses it; the main job saves a sixth of its evaluation). Returns the summary and the
+    decision.
     """
     eval_backend = eval_backend or backend
     folder = work_dir(suite, out)
@@ -122,6 +126,7 @@ def evaluate_models(
         "rounds": rounds,
         "samples": samples,
         "candidate_version": candidate["policy"],
+        "random_baseline": random_baseline,
     }
     if refine_backend:
         params |= {"refine_backend": refine_backend, "refine_seconds": refine_seconds}
@@ -129,6 +134,8 @@ def evaluate_models(
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
         planners = baseline_planners()
+        if not random_baseline:
+            del planners["random"]
         planners["candidate"] = named_planner("dreamshard", candidate_model, samples)
         if refine_backend:
             planners["candidate_refined"] = refined_planner(

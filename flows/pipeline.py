@@ -40,6 +40,7 @@ def pipeline(
     cluster: str | None = None,
     train_tasks: int = 50,
     pretrain_steps: int = 1500,
+    eval_random: bool = False,
 ) -> dict:
     """The four flows in a row, each an MLflow run nested under this one.
 
@@ -50,7 +51,9 @@ def pipeline(
     suite's training tasks the collection and the policy's training spread over (on `dmp`, a
     few, so that a launch measures several placements of one task). `pretrain_steps`: the
     steps of the cost network's simulated prior (`learn/pretrain.py`): half of `dreamshard
-    train`'s 3000, which keeps the main job within five minutes here.
+    train`'s 3000, which keeps the main job within five minutes here. `eval_random`: the
+    random placement in the evaluation too (it is no reference of any ratio, nor of the
+    promotion; off, the evaluation measures a sixth less).
     """
     params = dict(locals())
     with mlflow_run("pipeline", suite, {k: v for k, v in params.items() if v is not None}) as run:
@@ -98,6 +101,7 @@ def pipeline(
             parent_run_id=parent,
             eval_backend=eval_backend,
             cluster=cluster,
+            random_baseline=eval_random,
         )
     return {**result, "run_id": parent, "work_dir": str(work_dir(suite, out))}
 
@@ -112,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         "MLflow tracking (state in .dreamshard/ or $DREAMSHARD_HOME).",
     )
     for name, default in zip(names, defaults):
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(default, bool):  # --eval-random / --no-eval-random
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=default
+            )
+            continue
         kind = type(default) if default is not None else str
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            type=kind,
-            default=default,
-            help=f"default {default}",
-        )
+        parser.add_argument(flag, dest=name, type=kind, default=default, help=f"default {default}")
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
