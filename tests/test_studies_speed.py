@@ -7,8 +7,12 @@ from __future__ import annotations
 import argparse
 import time
 
+import pytest
+
 from benchmarks.runner import plan_record
 from benchmarks.speed import OURS, STUDY, dlrm_task, speed_tasks
+from dreamshard.costs.hardware import load_hardware
+from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.placement.suites import SPEED_TASKS
 from dreamshard.placement.tasks import check_legal
 
@@ -49,6 +53,28 @@ def test_a_process_past_its_limit_is_a_decline_and_the_report_says_so():
 
 
 def test_the_targets_name_the_speed_tasks_and_a_scaled_run_names_its_own():
-    assert [t.name for t in speed_tasks(0.01)] == ["dlrm-9x1", "dlrm-100x10"]
-    names = {name for name, *_ in SPEED_TASKS}
+    assert [t.name for t in speed_tasks(0.01)] == [
+        "dlrm-9x1",
+        "dlrm-100x10",
+        "dlrm-9x1 h100-sxm",
+        "dlrm-100x10 h100-sxm",
+    ]
+    names = {f"{name}{hw}" for name, *_ in SPEED_TASKS for hw in ("", " h100-sxm")}
     assert {t.figure.split(":")[0] for t in STUDY.targets} == names
+
+
+def test_a_task_for_a_gpu_file_is_planned_and_judged_for_it():
+    args = study_args(repeats=1)
+    STUDY.prepare(args)
+    arms = {a.name: a for a in STUDY.arms(args)}
+    task = dlrm_task("dlrm-40x16 h100-sxm", 40, 16, 2**30)
+    record, placement = plan_record(task, arms[OURS], STUDY.judges(args))
+    check_legal(task, placement)
+    gpu = SimulatedBackend(hardware=load_hardware("h100-sxm"))
+    assert record["costs"]["simulated"][0] == pytest.approx(gpu.overall_many(task, [placement])[0])
+    assert record["costs"]["simulated"][0] != pytest.approx(
+        SimulatedBackend().overall_many(task, [placement])[0]
+    )
+    declined, _ = plan_record(task, arms["torchrec table-wise"], STUDY.judges(args))
+    assert "not run for a GPU file" in declined["declined"]
+    assert STUDY.task_extra(task, {})["hardware"] == "h100-sxm"
