@@ -38,12 +38,13 @@ from dreamshard.tables.synthetic import generate_tables
 
 JUDGE, OURS = "simulated", "dreamshard auto"
 HEURISTICS = tuple(f"{key} auto" for key in method_names("heuristic"))
-# (arm, method, split): TorchRec plans without its reservation, on our caps
+# (arm, method, split, planned for GPU files too): TorchRec plans without its reservation, on
+# our caps
 ARMS = (
-    *((name, name.split()[0], "auto") for name in HEURISTICS),
-    (OURS, "dreamshard", "auto"),
-    ("torchrec table-wise", "torchrec", "none"),
-    ("torchrec every type", "torchrec", "auto"),
+    *((name, name.split()[0], "auto", True) for name in HEURISTICS),
+    (OURS, "dreamshard", "auto", True),
+    ("torchrec table-wise", "torchrec", "none", False),
+    ("torchrec every type", "torchrec", "auto", False),
 )
 # Each task is planned for each hardware file: this host's calibrated model (`cpu`, the task's
 # own name) and a GPU file's (the name with the file's after a space), each judged by its own
@@ -110,14 +111,15 @@ class SpeedStudy(Study):
     def arms(self, args: argparse.Namespace) -> list[Arm]:
         fixed = (str(args.model), args.repeats, args.seconds)
 
-        def plan(task, method, split):
+        def plan(task, method, split, gpu_too):
             hardware = hardware_of(task.name)
-            if method == "torchrec" and hardware != "cpu":
+            if hardware != "cpu" and not gpu_too:
                 raise DreamshardError("not run for a GPU file: its times are the cpu task's")
             return plan_in_process(task, method, split, *fixed, hardware)
 
         return [
-            Arm(name, lambda t, m=method, s=split: plan(t, m, s)) for name, method, split in ARMS
+            Arm(name, lambda t, m=method, s=split, g=gpu: plan(t, m, s, g))
+            for name, method, split, gpu in ARMS
         ]
 
     def judges(self, args: argparse.Namespace) -> list[Judge]:
