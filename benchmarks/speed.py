@@ -200,7 +200,8 @@ STUDY = SpeedStudy(
     about="Each arm in a process of its own (torch on one thread), as `dreamshard place` runs: "
     "the median of its in-process plans after one untimed plan, and the process's peak resident "
     "memory (VmHWM). TorchRec has no time limit of its own, only the process's. Ratio: the "
-    "plan's simulated cost over the task's best heuristic's. Targets: the issue's, on the two "
+    "plan's simulated cost (for the task's hardware: cpu's calibrated model, or a GPU file's "
+    "roofline on its links) over the task's best heuristic's. Targets: the issue's, on the two "
     "speed tasks (README, `placement/budget.py`); a scaled run (`--tables-scale`, and `--quick` "
     "at 0.25) has other tasks and meets none.",
 )
