@@ -441,7 +441,7 @@ def _train(config: TrainConfig, log, on_iteration, fanout: Fanout | None) -> Dre
         save_checkpoint(state, config, out / "checkpoints" / f"iter-{state.iteration:03d}.pt")
         log(
             f"iteration {state.iteration}/{config.iterations}: {len(examples)} measurements, "
-            f"cost-net loss {record['costnet_loss']:.4f}, "
+            f"cost-net loss {record['costnet_loss']:.3g}, "  # scaled costs: often 1e-4
             f"policy reward {record['policy_reward']:.2f} ms, "
             f"greedy predicted {predicted:.2f} ms ({record['seconds']:.0f} s)"
         )
