@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.learn.costnet import CostNet
 from dreamshard.learn.model_file import DreamShardModel
@@ -14,7 +17,12 @@ from dreamshard.learn.train_config import COSTNET_ENCODERS
 from dreamshard.placement.heuristics import random_place
 from dreamshard.placement.suites import make_suite
 from dreamshard.placement.tasks import is_legal
-from dreamshard.planners.device_search import analytic_model, costnet_model, device_search
+from dreamshard.planners.device_search import (
+    analytic_model,
+    blended_model,
+    costnet_model,
+    device_search,
+)
 from dreamshard.planners.dreamshard_planner import costnet_scorer
 from dreamshard.planners.search import apply_neighbours, legal_neighbours
 
@@ -47,6 +55,30 @@ def test_the_analytic_model_is_the_simulated_backend(task, topology):
     assert is_legal(task, found)
     assert cost == pytest.approx(backend.measure(task, found).overall, rel=1e-9)
     assert steps > 0 and cost < exact[0]
+
+
+@pytest.mark.parametrize("devices", [4, 32], ids=["one-host", "hosts"])
+def test_a_blend_of_views_is_their_weighted_sum(devices):
+    """One hardware file's centre and corners (hosts of 8): the blended model's exchange, its
+    bytes worked out once, is each view's own weighted (`blended_model`)."""
+    hardware = load_hardware("h100-sxm")
+    points = [hardware, *(hardware.at(c) for c in hardware.corners()[::6])]
+    views = [SimulatedBackend(hardware=point) for point in points]
+    task = replace(TASKS[1], num_devices=devices)
+    weights = [0.5, 1.5, 0.25, 2.0]
+    assert len(views) == len(weights)
+    blend = blended_model(task, views, weights)
+    alone = [analytic_model(task, view) for view in views]
+    rng = np.random.default_rng(0)
+    widths = rng.uniform(0, 400, size=(6, devices))
+    host = widths + rng.uniform(0, 2000, size=(6, devices))
+    expected = sum(w * model.transfer(widths, host) for w, model in zip(weights, alone))
+    assert blend.transfer(widths, host) == pytest.approx(expected, rel=1e-12)
+    sums = rng.uniform(0, 50, size=(6, alone[0].vectors.shape[1]))
+    expected = sum(w * model.terms(sums)[0] for w, model in zip(weights, alone))
+    assert blend.terms(sums)[0] == pytest.approx(expected, rel=1e-12)
+    if devices > 8:  # across hosts the corners' links differ
+        assert len({float(m.transfer(widths, host)[0, 0]) for m in alone}) > 1
 
 
 @pytest.mark.parametrize("encoder", COSTNET_ENCODERS)

@@ -284,22 +284,55 @@ def device_transfer_ms(
     total width of all `d` devices. On one host `host` is the total and may be left out:
     moving tables between devices leaves the total, and so every other device's time, alone;
     across hosts a move changes every device on the two hosts it joins."""
+    return blended_transfer_ms(widths, total, d, batch_size, [topology], [1.0], host)
+
+
+def blended_transfer_ms(
+    widths: np.ndarray,
+    total: np.ndarray | float,
+    d: int,
+    batch_size: int,
+    topologies: list[Topology],
+    weights: list[float],
+    host: np.ndarray | float | None = None,
+) -> np.ndarray:
+    """The weighted sum of `device_transfer_ms` over `topologies` that put the `d` devices on
+    the same hosts (one hardware file's centre and corners, `device_search.blended_model`):
+    the bytes, which no link changes, worked out once, then each topology's latency and
+    bandwidths (for one topology, `device_transfer_ms` itself, to the bit)."""
     widths = np.asarray(widths, dtype=np.float64)
     if d <= 1:
         return np.zeros_like(widths)
-    size = topology.host_size(d)
+    sizes = {topology.host_size(d) for topology in topologies}
+    if len(sizes) != 1:
+        raise ValueError("blended topologies must put the devices on the same hosts")
+    size = sizes.pop()
+    views = list(zip(weights, topologies))
     if size >= d:
-        send, recv = exchange_bytes(widths, total, d, batch_size)
-        return topology.latency_ms * (d - 1) + np.maximum(send, recv) * ms_per_byte(topology)
+        peak = np.maximum(*exchange_bytes(widths, total, d, batch_size))
+        latency = sum(w * t.latency_ms for w, t in views) * (d - 1)
+        return latency + peak * sum(w * ms_per_byte(t) for w, t in views)
     if host is None:
         raise ValueError("a topology across hosts needs each device's host width")
     per_row = batch_size / d * POOLED_BYTES
-    send_in, recv_in = per_row * widths * (size - 1), per_row * (host - widths)
-    send_out, recv_out = per_row * widths * (d - size), per_row * (total - host)
-    inside = np.maximum(send_in, recv_in) * ms_per_byte(topology)
-    outside = np.maximum(send_out, recv_out) * 1000.0 / (topology.network_gbps * 1e9)
-    latency = topology.latency_ms * (size - 1) + topology.network_latency_ms * (d - size)
-    return latency + np.maximum(inside, outside)
+    inside = np.maximum(per_row * widths * (size - 1), per_row * (host - widths))
+    outside = np.maximum(per_row * widths * (d - size), per_row * (total - host))
+    if len(views) == 1:  # as the time was always written
+        (w, t), latency = views[0], _host_latency(topologies[0], size, d)
+        across = outside * 1000.0 / (t.network_gbps * 1e9)
+        return w * (latency + np.maximum(inside * ms_per_byte(t), across))
+    # each view's max(inside x its ms a byte, outside x its ms a network byte), as its ms a
+    # byte x max(inside, outside x their quotient): four array operations a view
+    out = sum(w * _host_latency(t, size, d) for w, t in views)
+    for w, t in views:
+        quotient = 1000.0 / (t.network_gbps * 1e9) / ms_per_byte(t)
+        out = out + (w * ms_per_byte(t)) * np.maximum(inside, outside * quotient)
+    return out
+
+
+def _host_latency(topology: Topology, size: int, d: int) -> float:
+    """A device's latency to the other devices of its host and to those of the other hosts."""
+    return topology.latency_ms * (size - 1) + topology.network_latency_ms * (d - size)
 
 
 def exchange_bytes(
