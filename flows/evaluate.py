@@ -36,6 +36,8 @@ from dreamshard.tracking import (
 )
 from flows.common import TaskFanout, backend_for, mlflow_run, publish, work_dir
 
+KINDS = ("baseline", "heuristic")  # the registered planners an evaluation runs (baseline: random)
+
 
 def predictions(evaluation: Evaluation, model) -> list[dict]:
     """The candidate cost network's prediction beside the measured mean, per placement."""
@@ -133,9 +135,7 @@ def evaluate_models(
     with mlflow_run("evaluate", suite, params, parent_run_id):
         candidate_model = load_registered_model(f"models:/{POLICY_MODEL}/{candidate['policy']}")
         champion = alias_version(POLICY_MODEL, CHAMPION)
-        planners = baseline_planners()
-        if not random_baseline:
-            del planners["random"]
+        planners = baseline_planners(kinds=KINDS if random_baseline else ("heuristic",))
         planners["candidate"] = named_planner("dreamshard", candidate_model, samples)
         if refine_backend:
             planners["candidate_refined"] = refined_planner(

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from benchmarks.record import ROOT
+from dreamshard.cli.args import plan_topology
+from dreamshard.costs.hardware import load_hardware
 from dreamshard.errors import DreamshardError
 from dreamshard.placement.plan_file import placement_from_plan, read_plan, write_plan
 from dreamshard.placement.planner import PlanOptions
@@ -63,15 +65,12 @@ def peak_mb() -> float:
 
 
 def plan_options(model, split: str, hardware: str) -> PlanOptions:
-    """As `dreamshard place --hardware` plans: a GPU file on its own links."""
+    """As `dreamshard place --hardware` plans: a GPU file on its own links (`plan_topology`)."""
     if hardware == "cpu":
         return PlanOptions(model=model, split=split, reserve=False)
-    from dreamshard.costs.hardware import load_hardware
-
     chosen = load_hardware(hardware)
-    return PlanOptions(
-        model=model, split=split, reserve=False, hardware=chosen, topology=chosen.topology_name()
-    )
+    topology = plan_topology(None, chosen)
+    return PlanOptions(model=model, split=split, reserve=False, hardware=chosen, topology=topology)
 
 
 def child(argv: list[str]) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.types import CostBackend
 from dreamshard.errors import DreamshardError
@@ -52,36 +50,40 @@ def make_backend(
     if build is None:
         known = ", ".join(BACKENDS + JUDGES)
         raise DreamshardError(f"unknown backend {name!r}; choose one of {known}")
-    backend = build(iterations, launcher, None if topology == "auto" else topology, rounds, chosen)
-    return backend if reference or name != "fbgemm" else replace(backend, reference=False)
+    return build(
+        iterations, launcher, None if topology == "auto" else topology, rounds, chosen, reference
+    )
 
 
-def _fbgemm(iterations, launcher, topology, _rounds, _hardware) -> CostBackend:
+def _fbgemm(iterations, launcher, topology, _rounds, _hardware, reference) -> CostBackend:
     from dreamshard.costs.fbgemm import FbgemmBackend
     from dreamshard.costs.tbe import TimingConfig
 
     timing = TimingConfig(iterations=iterations) if iterations else TimingConfig()
-    return FbgemmBackend(timing=timing, topology=topology or "auto", launcher=launcher)
+    return FbgemmBackend(
+        timing=timing, topology=topology or "auto", launcher=launcher, reference=reference
+    )
 
 
-def _simulated(_iterations, _launcher, topology, _rounds, hardware) -> CostBackend:
+def _simulated(_iterations, _launcher, topology, _rounds, hardware, _reference) -> CostBackend:
     from dreamshard.costs.simulated import SimulatedBackend
 
     return SimulatedBackend(topology=topology, hardware=hardware)
 
 
-def _dmp(iterations, _launcher, _topology, rounds, _hardware) -> CostBackend:
+def _dmp(iterations, _launcher, _topology, rounds, _hardware, _reference) -> CostBackend:
     step_config = load_object(f"{DMP}:StepConfig")
     steps = step_config(steps=iterations) if iterations else step_config()
     backend = load_object(f"{DMP}:DmpBackend")
     return backend(steps, rounds=rounds) if rounds else backend(steps)
 
 
-def _estimator(_iterations, _launcher, topology, _rounds, hardware) -> CostBackend:
+def _estimator(_iterations, _launcher, topology, _rounds, hardware, _reference) -> CostBackend:
     return load_object(ESTIMATOR)(hardware, topology)
 
 
-# name -> (iterations, launcher, topology or None, rounds, hardware file or None) -> backend
+# name -> (iterations, launcher, topology or None, rounds, hardware file or None, reference)
+# -> backend (reference: fbgemm's reference group; the others time none)
 BUILDERS = {"fbgemm": _fbgemm, "simulated": _simulated, "dmp": _dmp, JUDGES[0]: _estimator}
 
 

@@ -145,10 +145,12 @@ def named_planner(
     return lambda task, seed: planner.place(task, replace(fixed, seed=seed))
 
 
-def baseline_planners(split: str = "none") -> dict[str, SeededPlanner]:
+def baseline_planners(
+    split: str = "none", kinds: tuple[str, ...] = ("baseline", "heuristic")
+) -> dict[str, SeededPlanner]:
     """Random and the heuristics, by name: the planners that need nothing and search nothing,
-    which every comparison runs."""
-    names = method_names("baseline", "heuristic")
+    which every comparison runs (`kinds`: of those, the kinds wanted)."""
+    names = method_names(*kinds)
     return {name: named_planner(name, split=split) for name in names}
 
 
