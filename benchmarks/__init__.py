@@ -12,7 +12,9 @@ its own), `torchrec` (plans in real TorchRec training steps against TorchRec's p
 estimator, at the file's centre and corners) and `envelope` (the default planner planning for
 a GPU file against the plain heuristics at the file's centre and every corner) and `published`
 (the GPU units beside the published step times of NVIDIA-Merlin's synthetic models), and
-`torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes).
+`torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes), and
+`reference_calibration` (the planner's predicted gains over TorchRec's plan against real DMP
+steps: the reference rule's calibration).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -31,4 +33,5 @@ STUDIES = {
     "envelope": "benchmarks.envelope:STUDY",
     "published": "benchmarks.published:STUDY",
     "torchrec_fair": "benchmarks.fair:STUDY",
+    "reference_calibration": "benchmarks.reference_calibration:STUDY",
 }

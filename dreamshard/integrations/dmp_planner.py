@@ -21,6 +21,8 @@ Importing this module imports TorchRec (`make torchrec`).
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import replace
 
 import torch.distributed as dist
 
@@ -31,14 +33,23 @@ from dreamshard.integrations.torchrec_export import (
     sharding_plan_from_dict,
     torchrec_plan_dict,
 )
+from dreamshard.integrations.reference_plan import (
+    MIN_BUDGET_S,
+    TORCHREC_SHARE,
+    Reference,
+    heuristic_reference,
+    torchrec_reference,
+)
 from dreamshard.integrations.torchrec_planner import INSTALL_HINT, quiet_torchrec
 from dreamshard.integrations.torchrec_tables import (
     ModelTable,
     embedding_bag_collections,
     model_tables,
 )
+from dreamshard.placement.budget import default_time_budget
 from dreamshard.placement.constraints import SHARDING_KINDS, Constraints
 from dreamshard.placement.planner import PlanOptions
+from dreamshard.placement.reference import Verdict, load_calibration, weigh
 from dreamshard.placement.registry import registration
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_bytes
@@ -110,6 +121,7 @@ class DreamShardPlanner(ShardingPlanner):
         constraints=None,
         time_budget: float | None = None,
         hardware=None,
+        reference: bool = True,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
         self.hardware = planner_hardware(hardware)
@@ -121,6 +133,9 @@ class DreamShardPlanner(ShardingPlanner):
         self.batch_size = batch_size or _batch_size(self.batches) or TORCHREC_BATCH_SIZE
         self.constraints = constraints  # ours, or TorchRec's (read per model: `as_constraints`)
         self._options = None  # with the method's model, loaded on the first plan
+        self.reference = reference
+        self.verdict: Verdict | None = None  # the reference rule's, on the last plan
+        self.reference_note = ""  # what the reference of the last plan was
 
     def tables(self, module) -> list[ModelTable]:
         """The model's tables as placed, with their statistics and where they sit."""
@@ -147,27 +162,58 @@ class DreamShardPlanner(ShardingPlanner):
 
     def memory_per_device(self, module, sharders: list, tables: list[ModelTable]) -> int:
         """Bytes each device offers the tables: the smallest device's, after the reservation."""
-        topology = self.topology
-        if self.reserve is not False:
-            reservation = self.reserve if self.reserve is not True else default_reservation()
-            with quiet_torchrec():
-                topology = reservation.reserve(
-                    topology, self.batch_size, module, sharders, pooling_constraints(tables)
-                )
+        with quiet_torchrec():
+            topology = self.reservation().reserve(
+                self.topology, self.batch_size, module, sharders, pooling_constraints(tables)
+            )
         kind = "hbm" if topology.compute_device in INDEXED_DEVICES else "ddr"
         return min(getattr(device.storage, kind) for device in topology.devices)
 
+    def reservation(self):
+        """The TorchRec `StorageReservation` this planner plans after (and TorchRec's with it)."""
+        if self.reserve is True:
+            return default_reservation()
+        if self.reserve is False:
+            from torchrec.distributed.planner.storage_reservations import (
+                FixedPercentageStorageReservation,
+            )
+
+            return FixedPercentageStorageReservation(0.0)
+        return self.reserve
+
+    def torchrec_constraints(self, tables: list[ModelTable]) -> dict:
+        """What TorchRec's planner is told of the tables: the user's own `ParameterConstraints`
+        where given, else our pooling factors."""
+        found = pooling_constraints(tables)
+        if isinstance(self.constraints, dict):
+            found.update(self.constraints)
+        return found
+
     def plan(self, module, sharders=None):
-        """A `ShardingPlan` for every EmbeddingBagCollection in `module`."""
+        """A `ShardingPlan` for every EmbeddingBagCollection in `module`: the method's, or the
+        reference's where the reference rule keeps it (`reference`)."""
         sharders = sharders or default_sharders()
         tables = self.tables(module)
         task = self.task(module, sharders, tables)
+        placement, reference = self.placements(module, sharders, task, tables)
+        if reference is not None and reference.sharding_plan is not None:
+            return reference.sharding_plan  # TorchRec's own plan, as TorchRec made it
+        chosen = reference.placement if reference is not None else placement
+        return self.sharding_plan(module, sharders, task, chosen, tables)
+
+    def placements(self, module, sharders: list, task: PlacementTask, tables: list[ModelTable]):
+        """(the method's placement, the reference where the rule keeps it else None)."""
         if task.memory_cap_bytes <= 0:
             raise DreamshardError(
                 f"DreamShardPlanner: the topology leaves no memory for tables on its "
                 f"{task.num_devices} {self.topology.compute_device} devices after the reservation; "
                 "give the devices more memory or pass reserve=False"
             )
+        budget = self.time_budget or max(MIN_BUDGET_S, default_time_budget(len(task.tables)))
+        started = time.perf_counter()
+        found, why = (None, "")
+        if self.reference:
+            found, why = torchrec_reference(self, module, sharders, task, tables, budget)
         if self._options is None:  # once: a registered model loads in seconds
             model = self._planner.load_model(self.model)
             self._options = PlanOptions(
@@ -179,15 +225,49 @@ class DreamShardPlanner(ShardingPlanner):
                 topology=planner_links(self.topology, self.hardware),
                 hardware=self.hardware,
             )
+        options = self._options
+        if self.reference:  # the method has what TorchRec's planner left of the budget
+            left = budget - (time.perf_counter() - started)
+            options = replace(options, time_budget=max(left, budget * (1 - TORCHREC_SHARE)))
         try:
-            placement = self._planner.place(task, self._options)
+            placement = self._planner.place(task, options)
         except DreamshardError as exc:
             raise DreamshardError(
                 f"DreamShardPlanner ({self.method}) cannot place the model's {len(tables)} tables "
                 f"on {task.num_devices} {self.topology.compute_device} devices of "
                 f"{format_bytes(task.memory_cap_bytes)}: {exc}"
             ) from None
-        return self.sharding_plan(module, sharders, task, placement, tables)
+        self.verdict, self.reference_note = None, ""
+        if not self.reference:
+            return placement, None
+        return placement, self.weigh_reference(task, placement, found, why, options)
+
+    def weigh_reference(self, task, placement, found: Reference | None, why: str, options):
+        """The reference rule on the method's placement and the reference (TorchRec's, else
+        the best heuristic): the reference where it is kept, else None."""
+
+        def predict(p):
+            return self._planner.predict(task, p, options)
+
+        if predict(placement) is None:
+            self.reference_note = f"{self.method} has no cost model: its plan, unweighed"
+            logging.getLogger("dreamshard").info("DreamShardPlanner: %s", self.reference_note)
+            return None
+        reference = found or heuristic_reference(task, predict, why)
+        self.reference_note = reference.note
+        if (reference.placement.devices, reference.placement.splits) == (
+            placement.devices,
+            placement.splits,
+        ):
+            self.verdict = weigh(reference.name, 1.0, 1.0, load_calibration())
+            return reference
+        self.verdict = weigh(
+            reference.name, predict(placement), predict(reference.placement), load_calibration()
+        )
+        logging.getLogger("dreamshard").info(
+            "DreamShardPlanner: %s; %s", reference.note, self.verdict.reason
+        )
+        return reference if self.verdict.kept_reference else None
 
     def sharding_plan(self, module, sharders: list, task, placement, tables: list[ModelTable]):
         """The placement as one module plan per collection, on the topology's devices."""

@@ -1,0 +1,97 @@
+"""A suite task as a TorchRec user hands it to a planner: its tables as one
+`EmbeddingBagCollection` on the meta device, one rank's batch of the tables' traces as the
+sample `KeyedJaggedTensor`, and TorchRec's default CPU `Topology` of the task's devices (128 GB
+of DDR a rank: loose memory; the suites' own caps, 13-40 MiB a device, leave TorchRec's
+planner, which counts each table's inputs and outputs too, no plan), TorchRec's default
+reservation. `DreamShardPlanner` and TorchRec's planner (through `torchrec_reference`) plan the
+same model, topology and batch; their plans are read back as placements of `user_task(task)`,
+the task with the topology's memory, which the DMP judge trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dreamshard.integrations.dmp_planner import DreamShardPlanner
+from dreamshard.integrations.plan_reading import placement_from_sharding
+from dreamshard.integrations.reference_plan import torchrec_reference
+from dreamshard.integrations.torchrec_planner import bag_configs, quiet_torchrec
+from dreamshard.placement.tasks import Placement, PlacementTask
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, trace_for
+
+
+@dataclass
+class UserModel:
+    """What a user's planner call sees of a task."""
+
+    task: PlacementTask
+    module: object
+    batch: object  # one rank's KeyedJaggedTensor
+    topology: object
+    sharders: list
+
+    def planner(self, **options) -> DreamShardPlanner:
+        return DreamShardPlanner(self.topology, batches=[self.batch], hardware="cpu", **options)
+
+    def placement(self, plan, method: str) -> Placement:
+        """A `ShardingPlan` of the module read back as a placement of the task."""
+        entries = dict(plan.plan[""])
+        return placement_from_sharding(self.task, entries, method)
+
+    def torchrec(self, budget_s: float) -> tuple[Placement, float]:
+        """TorchRec's plan as `DreamShardPlanner` asks for it, and its seconds."""
+        planner = self.planner()
+        tables = planner.tables(self.module)
+        found, why = torchrec_reference(
+            planner, self.module, self.sharders, planner.task(self.module, tables=tables),
+            tables, budget_s,
+        )  # fmt: skip
+        if found is None:
+            from dreamshard.errors import DreamshardError
+
+            raise DreamshardError(why)
+        return self.placement(found.sharding_plan, "torchrec"), found.seconds
+
+
+def user_task(task: PlacementTask) -> PlacementTask:
+    """The task with the memory of TorchRec's default CPU topology, its tables as they are."""
+    from torchrec.distributed.planner.constants import DDR_CAP
+
+    return replace(task, memory_cap_bytes=DDR_CAP)
+
+
+def user_model(task: PlacementTask) -> UserModel:
+    """`task` (made a `user_task`) as a user's model, batch and topology."""
+    import torch
+    from torchrec import EmbeddingBagCollection
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology
+
+    with quiet_torchrec():
+        module = EmbeddingBagCollection(
+            tables=bag_configs(task.tables, task.precision), device=torch.device("meta")
+        )
+        topology = Topology(world_size=task.num_devices, compute_device="cpu")
+    sharders = [EmbeddingBagCollectionSharder()]
+    return UserModel(user_task(task), module, rank_batch(task), topology, sharders)
+
+
+def rank_batch(task: PlacementTask):
+    """Rank 0's bags of every table's trace (as the DMP step trains on them)."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    global_batch = table_batch_size(task.tables, DEFAULT_BATCH)
+    per_rank = global_batch // task.num_devices
+    values, lengths = [], []
+    for table in task.tables:
+        indices, offsets = trace_for(table, global_batch)
+        values.append(indices[offsets[0] : offsets[per_rank]])
+        lengths.append(np.diff(offsets[: per_rank + 1]))
+    return KeyedJaggedTensor(
+        keys=[t.name for t in task.tables],
+        values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
+        lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)),
+    )

@@ -1,0 +1,109 @@
+"""The reference `DreamShardPlanner` weighs its own plan against (`placement.reference`):
+TorchRec's planner on the same model, topology, reservation, batch and constraints, given a
+quarter of the time budget as its `timeout_seconds`; where it declines, errs, is not given the
+time (a quarter under its one-second minimum) or makes a plan we cannot read or that breaks
+the task, the best whole-table heuristic by the planner's own prediction.
+
+Importing this module imports TorchRec (`make torchrec`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+from dreamshard.errors import DreamshardError, InfeasibleError
+from dreamshard.integrations.plan_reading import placement_from_sharding
+from dreamshard.integrations.torchrec_planner import quiet_torchrec
+from dreamshard.placement.constraints import sharding_problem
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+from dreamshard.placement.tasks import Placement, PlacementTask, placement_problem
+
+TORCHREC = "torchrec"
+TORCHREC_SHARE = 0.25  # of the time budget, at most, for TorchRec's planner
+MIN_TIMEOUT_S = 1  # TorchRec's timeout_seconds is whole seconds
+# DreamShardPlanner's budget when none is given: the method's default, but at least enough for
+# TorchRec's planner to be given its one second
+MIN_BUDGET_S = MIN_TIMEOUT_S / TORCHREC_SHARE
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference plan: our placement of it, TorchRec's `ShardingPlan` where it is
+    TorchRec's (None: a heuristic's, exported like ours), and why it is what it is."""
+
+    name: str  # "torchrec" or "heuristic <key>"
+    placement: Placement
+    sharding_plan: object | None
+    note: str
+    seconds: float
+
+
+def torchrec_timeout(budget_s: float) -> int:
+    """TorchRec's `timeout_seconds` within a quarter of `budget_s` (0: none fits)."""
+    return int(math.floor(budget_s * TORCHREC_SHARE + 1e-9))
+
+
+def torchrec_reference(planner, module, sharders: list, task: PlacementTask, tables, budget_s):
+    """TorchRec's plan of `module` as `planner` (a DreamShardPlanner) would be asked, read
+    back as our placement of `task`; None and why where it gives none we can use."""
+    timeout = torchrec_timeout(budget_s)
+    if timeout < MIN_TIMEOUT_S:
+        return None, (
+            f"TorchRec's planner not run: a quarter of the {budget_s:g} s budget is under its "
+            f"{MIN_TIMEOUT_S} s minimum"
+        )
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+    started = time.perf_counter()
+    try:
+        with quiet_torchrec():
+            plan = EmbeddingShardingPlanner(
+                topology=planner.topology,
+                batch_size=planner.batch_size,
+                storage_reservation=planner.reservation(),
+                constraints=planner.torchrec_constraints(tables),
+                timeout_seconds=timeout,
+            ).plan(module, sharders)
+    except Exception as exc:  # TorchRec declined (PlannerError) or failed: the heuristic then
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return None, f"TorchRec's planner gave no plan ({line[:200]})"
+    seconds = time.perf_counter() - started
+    entries = {}
+    for t in tables:
+        module_plan = plan.plan.get(t.module_path) or {}
+        if t.config_name not in module_plan:
+            return None, f"TorchRec's plan has no entry for table {t.table.name}"
+        entries[t.table.name] = module_plan[t.config_name]
+    try:
+        placement = placement_from_sharding(task, entries, TORCHREC)
+    except DreamshardError as exc:  # a sharding type we do not map, an odd tiling
+        return None, f"TorchRec's plan cannot be read as ours ({exc})"
+    problem = placement_problem(task, placement) or sharding_problem(
+        task.constraints, placement.splits
+    )
+    if problem:
+        return None, f"TorchRec's plan breaks the task ({problem})"
+    note = f"TorchRec's planner, {seconds:.2f} s (timeout_seconds={timeout})"
+    return Reference(TORCHREC, placement, plan, note, seconds), None
+
+
+def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference:
+    """The whole-table heuristic placement `predict` (placement -> ms) rates cheapest."""
+    started = time.perf_counter()
+    found = []
+    for key in HEURISTIC_KEYS:
+        try:
+            placement = greedy_place(task, key)
+        except InfeasibleError:
+            continue
+        if placement_problem(task, placement) or sharding_problem(task.constraints, ()):
+            continue
+        found.append((predict(placement), key, placement))
+    if not found:
+        raise DreamshardError(f"{why}, and no whole-table heuristic places the tables")
+    ms, key, placement = min(found, key=lambda item: item[0])
+    placement = replace(placement, candidate=f"heuristic {key}")
+    note = f"{why}; the best whole-table heuristic by the planner's model: {key}"
+    return Reference(f"heuristic {key}", placement, None, note, time.perf_counter() - started)
