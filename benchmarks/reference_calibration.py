@@ -20,9 +20,10 @@ import argparse
 
 import numpy as np
 
+from benchmarks.parts.reference_fit import MARGIN, gain_pairs, pair_arms
 from benchmarks.parts.user_model import user_model
 from benchmarks.record import studied_model
-from benchmarks.study import Arm, Figure, Judge, Study, costs
+from benchmarks.study import Arm, Figure, Judge, Study
 from dreamshard.cli.args import positive
 from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
 from dreamshard.placement.heuristics import greedy_place
@@ -34,7 +35,6 @@ from dreamshard.report import format_table
 DMP, DMP_CPU, PREDICTED = "dmp", "dmp cpu", "predicted"
 TORCHREC, OWN, WHOLE = "torchrec", "dreamshard own", "dreamshard whole"
 HEURISTICS = ("lookup", "size_lookup", "dim", "size")
-MARGIN = 0.01  # the gain the rule's lower end must clear, fixed before any target run
 BUDGET_S = 4.0  # DreamShardPlanner's default budget at these sizes: TorchRec gets 1 s
 
 
@@ -159,40 +159,6 @@ class ReferenceCalibration(Study):
                 "the `dmp` fit into `dreamshard/placement/reference_calibration.json`.",
             ]
         )
-
-
-def distinct_arms(row: dict) -> list[str]:
-    """The task's arms whose plan is the first of its kind and not TorchRec's plan."""
-    same = row.get("same", {})
-    return [
-        a
-        for a in row["plans"]
-        if a != TORCHREC and same.get(a, a) == a and "declined" not in row["plans"][a]
-    ]
-
-
-def gain_pairs(rows: list[dict], judge: str) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted, measured) log gains over TorchRec's plan of every distinct plan."""
-    xs, ys = [], []
-    for t, row in enumerate(rows):
-        if "declined" in row["plans"].get(TORCHREC, {"declined": 1}):
-            continue
-        base = costs([row], TORCHREC, judge)[:, 0]
-        predicted_base = costs([row], TORCHREC, PREDICTED)[0, 0]
-        for arm in distinct_arms(row):
-            measured = np.log(base / costs([row], arm, judge)[:, 0])
-            xs.append(np.log(predicted_base / costs([row], arm, PREDICTED)[0, 0]))
-            ys.append(float(np.nanmean(measured)))
-    return np.asarray(xs), np.asarray(ys)
-
-
-def pair_arms(rows: list[dict]) -> list[str]:
-    return [
-        f"{row['task']} / {arm}"
-        for row in rows
-        if "declined" not in row["plans"].get(TORCHREC, {"declined": 1})
-        for arm in distinct_arms(row)
-    ]
 
 
 STUDY = ReferenceCalibration(

@@ -37,8 +37,23 @@ class UserModel:
 
     def placement(self, plan, method: str) -> Placement:
         """A `ShardingPlan` of the module read back as a placement of the task."""
-        entries = dict(plan.plan[""])
-        return placement_from_sharding(self.task, entries, method)
+        with quiet_torchrec():  # its log line for each data-parallel table (no sharding spec)
+            return placement_from_sharding(self.task, dict(plan.plan[""]), method)
+
+    def torchrec_planner_plan(self) -> Placement:
+        """TorchRec's planner as the user calls it: the same topology, batch and default
+        reservation, our pooling factors (what `DreamShardPlanner` tells it), no timeout."""
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+        planner = self.planner()
+        tables = planner.tables(self.module)
+        with quiet_torchrec():
+            plan = EmbeddingShardingPlanner(
+                topology=self.topology,
+                batch_size=planner.batch_size,
+                constraints=planner.torchrec_constraints(tables),
+            ).plan(self.module, self.sharders)
+        return self.placement(plan, "torchrec")
 
     def torchrec(self, budget_s: float) -> tuple[Placement, float]:
         """TorchRec's plan as `DreamShardPlanner` asks for it, and its seconds."""

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -158,10 +159,13 @@ def cmd_place(args: argparse.Namespace) -> None:
             topology=topology,
             hardware=hardware,
         )
+    verdict = None
+    if args.format == "torchrec" and args.reference and entry.needs_model and not args.refine:
+        placement, verdict = weigh_reference(task, placement, args, model, topology, hardware)
     elapsed = time.perf_counter() - start
     # written before anything is printed: output piped into `head` must not lose the plan
     wrote = args.out and PLAN_WRITERS[args.format](
-        task, placement, args, note, refinement, hardware
+        task, placement, args, note, refinement, hardware, verdict
     )
     headers = ["device", "tables", "memory GiB", "of cap"] + [
         f"{k}{'*' if k == args.method else ''}" for k in HEURISTIC_KEYS
@@ -177,6 +181,8 @@ def cmd_place(args: argparse.Namespace) -> None:
     )
     if refinement is not None:
         print(refinement.summary())
+    if verdict is not None:
+        print(f"reference: {verdict.reason}")
     elif placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         judge = "the cost network" if entry.needs_model else "the analytic model"
@@ -196,7 +202,35 @@ def cmd_place(args: argparse.Namespace) -> None:
         print(wrote)
 
 
-def write_our_plan(task, placement, args, note, refinement, hardware) -> None:
+def weigh_reference(task, placement, args, model, topology, hardware):
+    """`place --format torchrec`: the reference rule (`placement.reference`) on the method's
+    placement and TorchRec's plan of the task (else the best whole-table heuristic); the
+    placement kept and the verdict, which the plan file records."""
+    from dreamshard.integrations.reference_plan import MIN_BUDGET_S, task_reference
+    from dreamshard.placement.budget import default_time_budget
+    from dreamshard.placement.planner import PlanOptions
+    from dreamshard.placement.reference import load_calibration, weigh
+
+    planner = registration(args.method).load()
+    options = PlanOptions(
+        args.seed, model, args.samples, args.split, args.time_budget, topology, hardware=hardware
+    )
+
+    def predict(p):
+        return planner.predict(task, p, options)
+
+    budget = args.time_budget or max(MIN_BUDGET_S, default_time_budget(len(task.tables)))
+    reference = task_reference(
+        task, predict, budget, split=args.split, topology=topology, hardware=hardware
+    )
+    verdict = weigh(
+        reference.name, predict(placement), predict(reference.placement), load_calibration()
+    )
+    kept = reference.placement if verdict.kept_reference else placement
+    return kept, {**verdict.record(), "note": reference.note}
+
+
+def write_our_plan(task, placement, args, note, refinement, hardware, _verdict=None) -> None:
     from dreamshard.placement.plan_file import write_plan
 
     record = refinement and refinement.record()
@@ -204,10 +238,12 @@ def write_our_plan(task, placement, args, note, refinement, hardware) -> None:
     return f"wrote {args.out}"
 
 
-def write_sharding_plan(task, placement, args, _note, _refinement, _hardware) -> None:
+def write_sharding_plan(task, placement, args, _note, _refinement, _hardware, verdict=None):
     from dreamshard.integrations.torchrec_export import write_torchrec_plan
 
-    write_torchrec_plan(task, placement, args.out, args.module_path, args.compute_device)
+    write_torchrec_plan(
+        task, placement, args.out, args.module_path, args.compute_device, reference=verdict
+    )
     return f"wrote {args.out} (TorchRec sharding plan, module {args.module_path})"
 
 
@@ -243,6 +279,9 @@ def refine_placement(task: PlacementTask, args: argparse.Namespace, model, topol
 
     seconds = args.refine_seconds or REFINE_SECONDS
     backend = make_backend(args.refine, topology=topology or "auto")
+    reference = None
+    if args.refine == "dmp":  # real TorchRec steps: TorchRec's own plan is the one to beat
+        reference = torchrec_reference_placement(task, args, topology)
     return refine(
         task,
         args.method,
@@ -253,7 +292,26 @@ def refine_placement(task: PlacementTask, args: argparse.Namespace, model, topol
         args.seed,
         split=args.split,
         topology=topology,
+        reference=reference,
     )
+
+
+def torchrec_reference_placement(task: PlacementTask, args: argparse.Namespace, topology):
+    """TorchRec's plan of the task within a quarter of the refinement's seconds (at least its
+    1 s), or None, said in one line, where it gives none."""
+    from dreamshard.evaluation.refine import REFINE_SECONDS
+    from dreamshard.integrations.reference_plan import torchrec_timeout
+    from dreamshard.integrations.torchrec_planner import torchrec_place
+
+    timeout = max(1, torchrec_timeout(args.refine_seconds or REFINE_SECONDS))
+    try:
+        placement = torchrec_place(
+            task, reserve=False, split=args.split, topology=topology, timeout=timeout
+        )
+    except DreamshardError as exc:
+        print(f"dreamshard: no TorchRec plan to refine against ({exc})", file=sys.stderr)
+        return None
+    return replace(placement, candidate="torchrec")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -422,6 +480,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="dreamshard",
         help="--out layout: dreamshard (default) or torchrec, a table-wise TorchRec "
         "sharding plan as JSON (docs/torchrec.md)",
+    )
+    pl.add_argument(
+        "--reference",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--format torchrec with a learned method: weigh TorchRec's own plan of the task "
+        "(a quarter of the time budget; else the best whole-table heuristic) and keep it unless "
+        "the calibrated predicted gain clears the margin; the file records the verdict "
+        "(default on; --no-reference: the method's plan as it is)",
     )
     pl.add_argument(
         "--module-path",

@@ -137,12 +137,13 @@ def candidates_to_measure(
     top: int = TOP,
     split: str = "auto",
     topology: str | None = None,
+    reference: Placement | None = None,
 ) -> list[tuple[str, Placement, float | None]]:
-    """(name, placement, predicted ms): the planner's pick first, then its next `top - 1`
-    candidates where it has more (`dreamshard`: by the cost network, on the shards it splits
-    the task into under `split="auto"`), then each heuristic's whole-table placement; distinct
-    only. Predicted by the planner's own cost model, where it has one, on `topology` (None:
-    the planner's own)."""
+    """(name, placement, predicted ms): the planner's pick first (`reference` before it where
+    given: TorchRec's plan for `--refine dmp`), then its next `top - 1` candidates where it has
+    more (`dreamshard`: by the cost network, on the shards it splits the task into under
+    `split="auto"`), then each heuristic's whole-table placement; distinct only. Predicted by
+    the planner's own cost model, where it has one, on `topology` (None: the planner's own)."""
     planner = registration(method).load()
     options = PlanOptions(seed, planner.load_model(model), samples, split, topology=topology)
     ranked = planner.candidates(task, options, top)
@@ -153,7 +154,8 @@ def candidates_to_measure(
         except InfeasibleError:  # its packing search gave up; the others still compete
             continue
     distinct: dict[tuple, Placement] = {}
-    for placement in ranked + heuristics:  # the first of equal placements, legal ones only
+    first = [reference] if reference is not None else []
+    for placement in first + ranked + heuristics:  # the first of equal ones, legal ones only
         if placement_problem(task, placement) or sharding_problem(
             task.constraints, placement.splits
         ):
@@ -247,17 +249,21 @@ def refine(
     max_rounds: int = MAX_ROUNDS,
     split: str = "auto",
     topology: str | None = None,
+    reference: Placement | None = None,
 ) -> Refinement:
     """`method`'s placement of `task` refined by measurement on `backend` for about `seconds`.
 
     The answer is one of the measured candidates, so it is legal. Its `method` says it was
-    refined (`dreamshard_refined`), except that a heuristic's placement keeps the heuristic's
-    name, so no report credits the planner with it.
+    refined (`dreamshard_refined`), except that a heuristic's placement or the `reference`
+    (measured first, the one the others must beat beyond the noise) keeps its own name, so no
+    report credits the planner with it.
     """
     if min_rounds < 2 or max_rounds < min_rounds:
         raise DreamshardError(f"refinement needs 2 <= min_rounds <= max_rounds, not {min_rounds}")
     began = time.monotonic()
-    found = candidates_to_measure(task, method, model, samples, seed, top, split, topology)
+    found = candidates_to_measure(
+        task, method, model, samples, seed, top, split, topology, reference
+    )
     names = [name for name, _, _ in found]
     costs = measure_rounds(
         backend, task, [p for _, p, _ in found], seconds, seed, min_rounds, max_rounds
@@ -277,6 +283,7 @@ def refine(
     winner = choice.winner
     chosen = candidates[winner].placement
     baseline = chosen.method in method_names("baseline", "heuristic")  # keeps its own name
+    baseline = baseline or (reference is not None and chosen is reference)
     refined = chosen.method if baseline else f"{chosen.method}_refined"
     answer = Placement(
         chosen.devices,

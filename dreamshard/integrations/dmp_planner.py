@@ -28,17 +28,17 @@ import torch.distributed as dist
 
 from dreamshard.costs.hardware import GENERIC_GPU, detect_hardware, load_hardware
 from dreamshard.errors import DreamshardError
-from dreamshard.integrations.torchrec_export import (
-    INDEXED_DEVICES,
-    sharding_plan_from_dict,
-    torchrec_plan_dict,
-)
 from dreamshard.integrations.reference_plan import (
     MIN_BUDGET_S,
     TORCHREC_SHARE,
     Reference,
     heuristic_reference,
     torchrec_reference,
+)
+from dreamshard.integrations.torchrec_export import (
+    INDEXED_DEVICES,
+    sharding_plan_from_dict,
+    torchrec_plan_dict,
 )
 from dreamshard.integrations.torchrec_planner import INSTALL_HINT, quiet_torchrec
 from dreamshard.integrations.torchrec_tables import (
@@ -49,7 +49,13 @@ from dreamshard.integrations.torchrec_tables import (
 from dreamshard.placement.budget import default_time_budget
 from dreamshard.placement.constraints import SHARDING_KINDS, Constraints
 from dreamshard.placement.planner import PlanOptions
-from dreamshard.placement.reference import Verdict, load_calibration, weigh
+from dreamshard.placement.reference import (
+    CALIBRATION_FILE,
+    Calibration,
+    Verdict,
+    load_calibration,
+    weigh,
+)
 from dreamshard.placement.registry import registration
 from dreamshard.placement.tasks import PlacementTask
 from dreamshard.report import format_bytes
@@ -122,6 +128,7 @@ class DreamShardPlanner(ShardingPlanner):
         time_budget: float | None = None,
         hardware=None,
         reference: bool = True,
+        calibration=None,
     ) -> None:
         self._planner = registration(method).load()  # DreamshardError naming the methods
         self.hardware = planner_hardware(hardware)
@@ -134,6 +141,7 @@ class DreamShardPlanner(ShardingPlanner):
         self.constraints = constraints  # ours, or TorchRec's (read per model: `as_constraints`)
         self._options = None  # with the method's model, loaded on the first plan
         self.reference = reference
+        self.calibration = calibration  # a `Calibration` or its file; None: the shipped one
         self.verdict: Verdict | None = None  # the reference rule's, on the last plan
         self.reference_note = ""  # what the reference of the last plan was
 
@@ -209,23 +217,12 @@ class DreamShardPlanner(ShardingPlanner):
                 f"{task.num_devices} {self.topology.compute_device} devices after the reservation; "
                 "give the devices more memory or pass reserve=False"
             )
-        budget = self.time_budget or max(MIN_BUDGET_S, default_time_budget(len(task.tables)))
+        budget = self.budget(task)
         started = time.perf_counter()
         found, why = (None, "")
         if self.reference:
             found, why = torchrec_reference(self, module, sharders, task, tables, budget)
-        if self._options is None:  # once: a registered model loads in seconds
-            model = self._planner.load_model(self.model)
-            self._options = PlanOptions(
-                self.seed,
-                model,
-                self.samples,
-                self.split,
-                self.time_budget,
-                topology=planner_links(self.topology, self.hardware),
-                hardware=self.hardware,
-            )
-        options = self._options
+        options = self.method_options()
         if self.reference:  # the method has what TorchRec's planner left of the budget
             left = budget - (time.perf_counter() - started)
             options = replace(options, time_budget=max(left, budget * (1 - TORCHREC_SHARE)))
@@ -241,6 +238,66 @@ class DreamShardPlanner(ShardingPlanner):
         if not self.reference:
             return placement, None
         return placement, self.weigh_reference(task, placement, found, why, options)
+
+    def budget(self, task: PlacementTask) -> float:
+        """Seconds for a plan: the given budget, else the method's default, at least
+        `MIN_BUDGET_S` with the reference on (TorchRec's one second is a quarter of it)."""
+        default = default_time_budget(len(task.tables))
+        return self.time_budget or (max(MIN_BUDGET_S, default) if self.reference else default)
+
+    def method_options(self) -> PlanOptions:
+        """The method's options, its model loaded on the first call (in seconds)."""
+        if self._options is None:
+            model = self._planner.load_model(self.model)
+            self._options = PlanOptions(
+                self.seed,
+                model,
+                self.samples,
+                self.split,
+                self.time_budget,
+                topology=planner_links(self.topology, self.hardware),
+                hardware=self.hardware,
+            )
+        return self._options
+
+    def candidate_plans(self, module, sharders=None, k: int = 4) -> list[tuple[str, object]]:
+        """At most `k` distinct plans worth measuring on the user's model (`tune`), each
+        `(name, ShardingPlan)`: the reference first (TorchRec's own plan, else the best
+        whole-table heuristic by the method's model), then the method's own candidates, its
+        plan first (`BasePlanner.candidates`)."""
+        sharders = sharders or default_sharders()
+        tables = self.tables(module)
+        task = self.task(module, sharders, tables)
+        options = self.method_options()
+        found, why = torchrec_reference(self, module, sharders, task, tables, self.budget(task))
+
+        def predict(p):
+            return self._planner.predict(task, p, options) or 0.0
+
+        reference = found or heuristic_reference(task, predict, why)
+        plans = [(reference.name, reference.placement, reference.sharding_plan)]
+        seen = {(reference.placement.devices, reference.placement.splits)}
+        for placement in self._planner.candidates(task, options, k):
+            key = (placement.devices, placement.splits)
+            if len(plans) < k and key not in seen:
+                seen.add(key)
+                plans.append((placement.candidate or self.method, placement, None))
+        return [
+            (name, made or self.sharding_plan(module, sharders, task, placement, tables))
+            for name, placement, made in plans
+        ]
+
+    def rule_calibration(self) -> Calibration:
+        if isinstance(self.calibration, Calibration):
+            return self.calibration
+        return load_calibration(self.calibration or CALIBRATION_FILE)
+
+    def tune(self, model, sharders, pg, batches, step_fn, **options):
+        """The best of the top candidate plans measured on the user's own model, batches and
+        step (`integrations.tune.tune`, whose docstring gives the options)."""
+        from dreamshard.integrations.tune import tune
+
+        return tune(self, model, sharders, pg, batches, step_fn, **options)
 
     def weigh_reference(self, task, placement, found: Reference | None, why: str, options):
         """The reference rule on the method's placement and the reference (TorchRec's, else
@@ -259,10 +316,13 @@ class DreamShardPlanner(ShardingPlanner):
             placement.devices,
             placement.splits,
         ):
-            self.verdict = weigh(reference.name, 1.0, 1.0, load_calibration())
+            self.verdict = weigh(reference.name, 1.0, 1.0, self.rule_calibration())
             return reference
         self.verdict = weigh(
-            reference.name, predict(placement), predict(reference.placement), load_calibration()
+            reference.name,
+            predict(placement),
+            predict(reference.placement),
+            self.rule_calibration(),
         )
         logging.getLogger("dreamshard").info(
             "DreamShardPlanner: %s; %s", reference.note, self.verdict.reason

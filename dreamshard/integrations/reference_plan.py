@@ -1,10 +1,10 @@
-"""The reference `DreamShardPlanner` weighs its own plan against (`placement.reference`):
-TorchRec's planner on the same model, topology, reservation, batch and constraints, given a
-quarter of the time budget as its `timeout_seconds`; where it declines, errs, is not given the
-time (a quarter under its one-second minimum) or makes a plan we cannot read or that breaks
-the task, the best whole-table heuristic by the planner's own prediction.
-
-Importing this module imports TorchRec (`make torchrec`).
+"""The reference a plan for TorchRec is weighed against (`placement.reference`): TorchRec's
+planner on the same model, topology, reservation, batch and constraints (`DreamShardPlanner`),
+or on the same task (`place --format torchrec`: `--method torchrec`'s request, every sharding
+type that maps to ours), given a quarter of the time budget as its `timeout_seconds`; where it
+declines, errs, is not given the time (a quarter under its one-second minimum) or makes a plan
+we cannot read or that breaks the task, the best whole-table heuristic by the planner's own
+prediction. TorchRec is imported only when its planner is asked.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.integrations.plan_reading import placement_from_sharding
-from dreamshard.integrations.torchrec_planner import quiet_torchrec
+from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_place
 from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_problem
@@ -107,3 +107,24 @@ def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference:
     placement = replace(placement, candidate=f"heuristic {key}")
     note = f"{why}; the best whole-table heuristic by the planner's model: {key}"
     return Reference(f"heuristic {key}", placement, None, note, time.perf_counter() - started)
+
+
+def task_reference(task: PlacementTask, predict, budget_s: float, **torchrec) -> Reference:
+    """The reference for a plan of `task` written for TorchRec (`place --format torchrec`):
+    `torchrec_place` of the task (`torchrec`: its split, topology and hardware), else the best
+    whole-table heuristic by `predict`."""
+    timeout = torchrec_timeout(budget_s)
+    if timeout < MIN_TIMEOUT_S:
+        why = (
+            f"TorchRec's planner not run: a quarter of the {budget_s:g} s budget is under its "
+            f"{MIN_TIMEOUT_S} s minimum"
+        )
+        return heuristic_reference(task, predict, why)
+    started = time.perf_counter()
+    try:
+        placement = torchrec_place(task, reserve=False, timeout=timeout, **torchrec)
+    except DreamshardError as exc:
+        return heuristic_reference(task, predict, f"TorchRec's planner gave no plan ({exc})")
+    seconds = time.perf_counter() - started
+    note = f"TorchRec's planner, {seconds:.2f} s (timeout_seconds={timeout})"
+    return Reference(TORCHREC, replace(placement, method=TORCHREC), None, note, seconds)

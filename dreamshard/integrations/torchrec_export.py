@@ -241,8 +241,13 @@ def write_torchrec_plan(
     path: str | Path,
     module_path: str = DEFAULT_MODULE_PATH,
     compute_device: str = "cuda",
+    reference: dict | None = None,
 ) -> None:
+    """The plan's JSON form; `reference`: the reference rule's verdict (which plan was kept,
+    against which reference, and why), recorded beside the plan."""
     data = torchrec_plan_dict(task, placement, module_path, compute_device=compute_device)
+    if reference is not None:
+        data["reference"] = reference
     write_json_atomic(path, data)
 
 

@@ -102,5 +102,12 @@ def weigh(reference: str, ours_ms: float, reference_ms: float, calibration: Cali
     )
     reason = f"{said}: left the reference" if leave else f"{said}: kept the reference"
     return Verdict(
-        reference, not leave, ours_ms, reference_ms, math.expm1(x), lower, calibration.margin, reason
+        reference,
+        not leave,
+        ours_ms,
+        reference_ms,
+        math.expm1(x),
+        lower,
+        calibration.margin,
+        reason,
     )

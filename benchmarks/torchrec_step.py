@@ -1,0 +1,189 @@
+"""Never slower than TorchRec's planner in the user's step: `DreamShardPlanner` as shipped
+(the reference rule on: TorchRec's own plan kept unless the calibrated predicted gain clears
+the margin) against TorchRec's planner, in real TorchRec training steps.
+
+Tasks, fixed by the options: held-out tasks `--first` to `--first + --tasks - 1` (default 8-15)
+of each of `--suites` (2 devices each), never those the rule was calibrated on (training
+tasks), each handed to both planners as a user's model is (`parts/user_model.py`: TorchRec's
+default CPU topology, one rank's batch of the traces, TorchRec's default reservation). Arms:
+`dreamshard planner` (`DreamShardPlanner()` with the shipped model, the reference rule on),
+`torchrec` (`EmbeddingShardingPlanner` with the same topology, batch and pooling factors, no
+timeout) and `torchrec control` (the same plan again, measured as a plan of its own: the
+noise floor of a ratio). Judge: real DMP steps (`dmp`, wall clock; `dmp cpu`, the ranks' CPU
+time), the task's plans trained in one torchrun launch a round, in `--rounds` interleaved
+rounds, a fresh task order each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from benchmarks.parts.user_model import user_model
+from benchmarks.record import studied_model
+from benchmarks.study import Arm, Figure, Judge, Study, Target, costs, ratio_figure
+from dreamshard.cli.args import positive
+from dreamshard.evaluation.rounds import median_cv
+from dreamshard.integrations.dmp_backend import DmpBackend, StepConfig
+from dreamshard.placement.reference import CALIBRATION_FILE
+from dreamshard.placement.suites import make_suite, parse_suite_name
+from dreamshard.placement.tasks import PlacementTask
+from dreamshard.report import format_table
+
+DMP, DMP_CPU = "dmp", "dmp cpu"
+OURS, TORCHREC, CONTROL = "dreamshard planner", "torchrec", "torchrec control"
+SUITES = ("cpu-24x2", "cpu-48x2", "cpu-80x2")
+KEPT = "tasks that kept TorchRec's plan"
+
+
+def cell(arm: str, suite: str, judge: str = DMP) -> str:
+    return f"{arm} vs {TORCHREC}, {judge}, {suite}"
+
+
+class TorchRecStep(Study):
+    def options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--suites", default=",".join(SUITES), help="suites")
+        parser.add_argument("--first", type=int, default=8, help="first held-out task a suite")
+        parser.add_argument("--tasks", type=positive(int), default=8, help="tasks a suite")
+        parser.add_argument("--rounds", type=positive(int), default=10, help="interleaved rounds")
+        parser.add_argument("--steps", type=positive(int), default=20, help="timed steps a turn")
+
+    def prepare(self, args: argparse.Namespace) -> None:
+        self.backend = DmpBackend(StepConfig(warmup=5, steps=args.steps))
+        self.users: dict = {}
+        self.models = {"dreamshard": studied_model("shipped")[1]}
+        calibration = json.loads(CALIBRATION_FILE.read_text())
+        self.about = (
+            f"Each plan trained on {self.backend.device_kind()} for 5 warm-up and {args.steps} "
+            "timed steps a turn, a launch a task and round. Ratios: paired within rounds, "
+            "geometric mean over rounds then tasks [bootstrap 95% interval over tasks and "
+            f"rounds]. The rule's calibration: slope {calibration['slope']:.3f}, intercept "
+            f"{calibration['intercept']:+.3f}, spread {calibration['spread']:.3f}, margin "
+            f"{calibration['margin']:.0%}, from {calibration['source']}."
+        )
+
+    def tasks(self, args: argparse.Namespace) -> list[PlacementTask]:
+        found = []
+        for name in [s.strip() for s in args.suites.split(",") if s.strip()]:
+            spec = parse_suite_name(name, 1, args.first + args.tasks)
+            for task in make_suite(spec).test_tasks[args.first :]:
+                user = user_model(task)
+                self.users[task.name] = user
+                found.append(user.task)
+        return found
+
+    def ours(self, task: PlacementTask):
+        user = self.users[task.name]
+        planner = user.planner()
+        placement = user.placement(planner.plan(user.module, user.sharders), "dreamshard")
+        verdict = planner.verdict
+        return placement, {
+            "reference": verdict.reference if verdict else None,
+            "kept reference": bool(verdict and verdict.kept_reference),
+            "predicted gain": verdict.predicted_gain if verdict else None,
+            "lower gain": verdict.lower_gain if verdict else None,
+            "reference note": planner.reference_note,
+        }
+
+    def arms(self, args: argparse.Namespace) -> list[Arm]:
+        return [
+            Arm(OURS, self.ours),
+            Arm(TORCHREC, lambda t: self.users[t.name].torchrec_planner_plan()),
+            Arm(CONTROL, lambda t: self.users[t.name].torchrec_planner_plan()),
+        ]
+
+    def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
+        """One launch a task and round: the control trains as a plan of its own, the others
+        once per distinct plan."""
+        keys = [a if a == CONTROL else (p.devices, p.splits) for a, p in plans.items()]
+        distinct = dict(zip(keys, plans.values()))
+        order = list(distinct)
+        run = self.backend.measure_plans(task, list(distinct.values()), rounds=1)
+        wall, cpu = run.overall("wall")[0], run.overall("cpu")[0]
+        return {
+            arm: {DMP: float(wall[order.index(key)]), DMP_CPU: float(cpu[order.index(key)])}
+            for arm, key in zip(plans, keys)
+        }
+
+    def judges(self, args: argparse.Namespace) -> list[Judge]:
+        return [Judge(DMP, rounds=args.rounds, per_task=self.steps, fills=(DMP, DMP_CPU))]
+
+    def figures(self, rows: list[dict]) -> dict[str, Figure]:
+        out = {}
+        for suite in ["all", *suites_of(rows)]:
+            subset = [r for r in rows if suite == "all" or r["task"].startswith(suite + "/")]
+            for arm in (OURS, CONTROL):
+                for judge in (DMP, DMP_CPU):
+                    out[cell(arm, suite, judge)] = ratio_figure(subset, arm, TORCHREC, judge)
+            kept = [r["plans"][OURS].get("kept reference") for r in subset]
+            count = float(sum(bool(k) for k in kept))
+            out[f"{KEPT}, {suite}"] = Figure(count, count, count, len(kept))
+        ratios = costs(rows, CONTROL, DMP) / costs(rows, TORCHREC, DMP)
+        spread = median_cv(ratios[:, ~np.isnan(ratios).any(axis=0)])
+        out["control's paired spread over rounds"] = Figure(spread, spread, spread, len(rows))
+        return out
+
+    def details(self, rows: list[dict], figures: dict[str, Figure]) -> str:
+        suites = ["all", *suites_of(rows)]
+        table = format_table(
+            ["suite", f"{OURS} ({DMP})", f"{OURS} ({DMP_CPU})", f"{CONTROL} ({DMP})", "kept"],
+            [
+                [
+                    s,
+                    figures[cell(OURS, s)].cell(),
+                    figures[cell(OURS, s, DMP_CPU)].cell(),
+                    figures[cell(CONTROL, s)].cell(),
+                    f"{figures[f'{KEPT}, {s}'].value:.0f} of {figures[f'{KEPT}, {s}'].tasks}",
+                ]
+                for s in suites
+            ],
+        )
+        verdicts = format_table(
+            ["task", "reference", "kept", "predicted gain", "lower end"],
+            [
+                [
+                    r["task"],
+                    r["plans"][OURS].get("reference") or "-",
+                    "yes" if r["plans"][OURS].get("kept reference") else "no",
+                    fraction(r["plans"][OURS].get("predicted gain")),
+                    fraction(r["plans"][OURS].get("lower gain")),
+                ]
+                for r in rows
+            ],
+        )
+        spread = figures["control's paired spread over rounds"].value
+        return "\n".join(
+            [
+                f"## Over `{TORCHREC}`'s step, by suite",
+                "",
+                "```",
+                table,
+                "```",
+                "",
+                f"The control's paired ratio varies over rounds by {spread:.1%} (coefficient of "
+                "variation, the median over tasks).",
+                "",
+                "## The rule's verdict per task",
+                "",
+                "```",
+                verdicts,
+                "```",
+            ]
+        )
+
+
+def fraction(value) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def suites_of(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["task"].split("/")[0] for r in rows))
+
+
+STUDY = TorchRecStep(
+    "torchrec_step",
+    "Never slower than TorchRec's planner: DreamShardPlanner as shipped in real training steps",
+    tuple(Target(cell(OURS, s), at_most=1.01) for s in SUITES),
+)

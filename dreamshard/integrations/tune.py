@@ -1,0 +1,345 @@
+"""`tune`: a planner's few best plans measured on the user's own model, batches and training step
+under DistributedModelParallel, on every rank of the process group; the reference plan (TorchRec's,
+else the best whole-table heuristic) stays unless another is cheaper beyond the noise.
+
+    result = planner.tune(model, sharders, pg, batches, step_fn)
+    model = DistributedModelParallel(model, device=device, plan=result.plan, sharders=sharders)
+
+Each candidate is built once as `DistributedModelParallel(copy.deepcopy(model), ...)`; the user's
+model and weights are never touched. Rounds visit the candidates in a fresh order, the same on
+every rank (a seeded RNG); a turn is `warmup` untimed then `steps` timed calls of
+`step_fn(sharded_copy, batch)`, cycling through `batches` from the first, each step started from a
+barrier. A turn's cost is the slowest rank's median step; the choice is `refine.choose` on the
+[rounds, candidates] costs, column 0 the reference. `step_fn` is the user's whole training step
+(forward, backward, optimizer) and gets the sharded copy: it must not close over the user's model.
+
+Cost: k candidates x rounds x (warmup + steps) training steps, plus one DMP build (and one copy
+of the model) per candidate; every candidate's sharded copy lives until the tune ends, so the
+devices hold k copies of the tables. Measured here (2 gloo ranks on a 2-core CPU, 6 tables of at
+most 2,000 rows, 4 candidates, 3 rounds of 1 + 3 steps, `tests/test_tune.py`): about 3 s from
+the first candidate plan to the result, most of it the DMP builds. On GPUs (not measured) it
+scales with the user's step time: with the defaults (4 candidates, 3 to 10 rounds of 3 + 10 steps)
+52 to 520 steps, rounds stopping once the next would pass `seconds`.
+
+Failures: a candidate that raises on any rank while built or in a turn is dropped on every rank
+(all ranks exchange their errors after each build and turn) with one line on rank 0; the
+reference failing ends the tune with one DreamshardError line, and so does a collective that
+raises (a rank died). A step that raises on one rank while the others wait inside a collective
+of theirs cannot be recovered here: those ranks wait until the process group's timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dreamshard.errors import DreamshardError
+from dreamshard.evaluation.refine import choose
+from dreamshard.integrations.torchrec_tables import embedding_bag_collections
+from dreamshard.progress import Progress
+from dreamshard.report import format_table
+
+TUNE_SECONDS = 60.0  # no round starts that would end past this (after the builds)
+CANDIDATES = 4  # the reference and the planner's best three
+WARMUP, STEPS = 3, 10  # untimed, then timed steps of a turn
+MIN_ROUNDS, ROUNDS = 3, 10  # fewer than 3 could not tell a real difference from a lucky round
+
+
+@dataclass(frozen=True)
+class Tune:
+    """What was measured and which plan won; `plan` is the answer, the same on every rank."""
+
+    plan: object  # the winner's ShardingPlan
+    name: str
+    ratio: float  # the winner's geometric-mean paired ratio to the reference's step
+    interval: tuple[float, float]  # its 95% bootstrap interval
+    names: tuple[str, ...]  # the candidates measured to the end, [0] the reference
+    costs_ms: tuple[tuple[float, ...], ...]  # [round][candidate]: the slowest rank's median step
+    ratios: tuple[float, ...]
+    intervals: tuple[tuple[float, float], ...]
+    skipped: tuple[tuple[str, str], ...]  # (candidate, the error's first line)
+    reason: str
+    seconds: float
+
+    @property
+    def rounds(self) -> int:
+        return len(self.costs_ms)
+
+    def summary(self) -> str:
+        """The candidates as a table, and the verdict, for the terminal."""
+        header = ["candidate", "median ms", "vs reference", "95% interval", ""]
+        medians = np.median(np.array(self.costs_ms), axis=0)
+        rows = [
+            [
+                name,
+                float(medians[j]),
+                f"{self.ratios[j]:.3f}x",
+                f"{self.intervals[j][0]:.3f}-{self.intervals[j][1]:.3f}",
+                "reference" if j == 0 else ("won" if name == self.name else ""),
+            ]
+            for j, name in enumerate(self.names)
+        ]
+        lines = [
+            f"tuned {len(rows)} candidates in {self.rounds} interleaved rounds of the user's "
+            f"step ({self.seconds:.1f} s)",
+            format_table(header, rows),
+        ]
+        lines += [f"skipped {name}: {error}" for name, error in self.skipped]
+        return "\n".join([*lines, f"tuned: {self.reason}"])
+
+
+def tune(
+    planner,
+    model,
+    sharders,
+    pg,
+    batches,
+    step_fn,
+    steps: int = STEPS,
+    candidates: int = CANDIDATES,
+    warmup: int = WARMUP,
+    rounds: int = ROUNDS,
+    seconds: float = TUNE_SECONDS,
+    seed: int = 0,
+    device: torch.device | None = None,
+    tracking: str | bool | None = None,
+) -> Tune:
+    """The cheapest of `planner.candidate_plans(model, sharders, candidates)` in `model`'s own
+    training steps on the ranks of `pg` (see the module's docstring). `batches`: a list of the
+    inputs `step_fn` takes (this rank's). `rounds`: at most (at least 3, or `rounds` if fewer);
+    `seconds`: no round starts that the rounds so far say would end past it. `device`: where the
+    copies go (default: this rank's cuda device for a cuda topology, else cpu). `tracking`: an
+    MLflow tracking URI, or True for the default store: rank 0 logs one run of the tune."""
+    batches = check_inputs(planner, model, pg, batches, candidates, warmup, steps, rounds)
+    device = device or tune_device(planner)
+    began = time.monotonic()
+    plans = shared_candidates(planner, model, sharders, pg, candidates, tracking)
+    names = [name for name, _ in plans]
+    turn = (batches, step_fn, warmup, steps, device)
+    costs, kept, skipped = measure(model, sharders, pg, plans, turn, rounds, seconds, seed)
+    choice = choose(costs, [names[j] for j in kept], seed)
+    w = choice.winner
+    result = Tune(
+        plan=plans[kept[w]][1],
+        name=names[kept[w]],
+        ratio=choice.ratios[w],
+        interval=choice.intervals[w],
+        names=tuple(names[j] for j in kept),
+        costs_ms=tuple(tuple(row) for row in costs.tolist()),
+        ratios=tuple(choice.ratios),
+        intervals=tuple(choice.intervals),
+        skipped=tuple(skipped),
+        # `choose` calls column 0 the planner's pick; here it is the reference
+        reason=choice.reason.replace("the planner's pick", "the reference"),
+        seconds=time.monotonic() - began,
+    )
+    if tracking and pg.rank() == 0:
+        log_run(result, tracking, {"warmup": warmup, "steps": steps, "seed": seed})
+    return result
+
+
+def check_inputs(planner, model, pg, batches, candidates, warmup, steps, rounds) -> list:
+    """The batches as a list; one DreamshardError line for the first bad input."""
+    world = planner.topology.world_size
+    if pg is None or pg.size() != world:
+        ranks = "no process group" if pg is None else f"a process group of {pg.size()} ranks"
+        raise DreamshardError(
+            f"tune: {ranks} but the planner's topology has {world} devices; pass the process "
+            "group the model will train on"
+        )
+    batches = [] if batches is None else list(batches)
+    if not batches:
+        raise DreamshardError("tune: no batches; pass a list of this rank's training inputs")
+    if candidates < 1:
+        raise DreamshardError(f"tune: candidates={candidates}; measure at least 1 plan")
+    if steps <= warmup:
+        raise DreamshardError(
+            f"tune: steps={steps} timed steps a turn are not above warmup={warmup}; raise "
+            "steps or lower warmup"
+        )
+    if rounds < 2:
+        raise DreamshardError(f"tune: rounds={rounds}; at least 2 rounds tell noise apart")
+    if not embedding_bag_collections(model):
+        raise DreamshardError("tune: the model has no EmbeddingBagCollection to shard")
+    if planner.topology.compute_device == "cuda" and not torch.cuda.is_available():
+        raise DreamshardError("tune: the topology is on cuda but this process sees no GPU")
+    return batches
+
+
+def tune_device(planner) -> torch.device:
+    """This rank's device of the topology's kind (cuda: LOCAL_RANK, else the current one)."""
+    if planner.topology.compute_device != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", torch.cuda.current_device())))
+
+
+def shared_candidates(planner, model, sharders, pg, k: int, tracking) -> list[tuple[str, object]]:
+    """Rank 0's candidate plans on every rank, or rank 0's error on every rank (none waits for
+    plans forever). Rank 0 also opens the tracking store first, so a bad URI stops every rank
+    before anything is measured."""
+    result: list = [None, None]  # [(name, plan) list, error]
+    failure = None
+    if pg.rank() == 0:
+        try:
+            if tracking:
+                from dreamshard.tracking import connect
+
+                connect(None if tracking is True else tracking)
+            result = [planner.candidate_plans(model, sharders, k), None]
+        except Exception as exc:  # any failure: sent on, then raised on rank 0 as it was
+            failure = exc
+            result = [None, str(exc) if isinstance(exc, DreamshardError) else repr(exc)]
+    if pg.size() > 1:
+        dist.broadcast_object_list(result, group=pg, group_src=0)
+    if failure is not None:
+        raise failure
+    if result[1] is not None:
+        raise DreamshardError(result[1])
+    return result[0]
+
+
+def measure(model, sharders, pg, plans, turn, rounds: int, seconds: float, seed: int):
+    """([rounds, kept] ms, the kept candidates' indices, [(name, error)] of those skipped)."""
+    names = [name for name, _ in plans]
+    built, skipped = {}, []
+    progress = Progress(MIN_ROUNDS * len(plans), "tuning") if pg.rank() == 0 else None
+
+    def agreed(j: int, mine, when: str):
+        """Every rank's (ms, error, rank's clock) of this build or turn; a failure anywhere
+        drops the candidate everywhere."""
+        heard = exchange(pg, mine, names[j])
+        errors = [error for _, error, _ in heard if error is not None]
+        if not errors:
+            return heard
+        if j == 0:
+            raise DreamshardError(
+                f"tune: the reference plan ({names[j]}) failed {when}: {errors[0]}"
+            )
+        built.pop(j, None)
+        skipped.append((names[j], errors[0]))
+        if pg.rank() == 0:
+            print(f"tune: skipped {names[j]} (failed {when}): {errors[0]}", file=sys.stderr)
+        return None
+
+    for j, (_, plan) in enumerate(plans):
+        try:
+            built[j], error = build(model, plan, sharders, pg, turn[-1]), None
+        except Exception as exc:  # the candidate's problem, not the tune's: skipped
+            error = first_line(exc)
+        agreed(j, (None, error, 0.0), "while being built")
+    rng, rows, start, clock = np.random.default_rng(seed), [], time.monotonic(), 0.0
+    while len(rows) < rounds:
+        if len(rows) >= min(MIN_ROUNDS, rounds) and clock * (len(rows) + 1) / len(rows) > seconds:
+            break  # the next round would end past the budget (rank 0's clock, on every rank)
+        row = {}
+        for j in rng.permutation(sorted(built)).tolist():
+            try:
+                mine = (timed_turn(built[j], *turn, pg), None)
+            except Exception as exc:  # dropped on every rank once they hear of it
+                mine = (None, first_line(exc))
+            heard = agreed(j, (*mine, time.monotonic() - start), f"in round {len(rows) + 1}")
+            if heard is not None:
+                row[j], clock = max(ms for ms, _, _ in heard), heard[0][2]
+                if progress is not None:
+                    progress.step(f"round {len(rows) + 1}, {names[j]}: {row[j]:.2f} ms")
+        rows.append(row)
+        if progress is not None:
+            planned = int(seconds // max(clock / len(rows), 1e-9))
+            progress.total = max(min(rounds, max(MIN_ROUNDS, planned)), len(rows)) * len(built)
+    if progress is not None:
+        progress.close()
+    kept = sorted(built)
+    built.clear()  # the sharded copies go now, not after the caller's process group
+    gc.collect()
+    return np.array([[row[j] for j in kept] for row in rows]), kept, skipped
+
+
+def build(model, plan, sharders, pg, device: torch.device):
+    """A sharded copy of `model` by `plan` (the user's model and weights untouched)."""
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    return DistributedModelParallel(
+        copy.deepcopy(model),
+        env=ShardingEnv.from_process_group(pg),
+        device=device,
+        plan=plan,
+        sharders=sharders,
+    )
+
+
+def timed_turn(sharded, batches, step_fn, warmup: int, steps: int, device, pg) -> float:
+    """This rank's median ms of the `steps` timed steps after `warmup` untimed ones."""
+    times = []
+    for i in range(warmup + steps):
+        dist.barrier(group=pg)  # every rank starts the step together
+        sync(device)
+        started = time.perf_counter()
+        step_fn(sharded, batches[i % len(batches)])
+        sync(device)
+        if i >= warmup:
+            times.append((time.perf_counter() - started) * 1000.0)
+    return float(np.median(times))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def exchange(pg, mine, name: str) -> list:
+    """Every rank's `mine`; one DreamshardError line when the collective fails (a rank died)."""
+    heard = [None] * pg.size()
+    try:
+        dist.all_gather_object(heard, mine, group=pg)
+    except Exception as exc:
+        raise DreamshardError(
+            f"tune: the ranks stopped answering while measuring {name}: {first_line(exc)}"
+        ) from None
+    return heard
+
+
+def first_line(exc: BaseException) -> str:
+    line = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def log_run(result: Tune, tracking, settings: dict) -> None:
+    """One MLflow run of the tune in experiment `dreamshard-tune` (a warning if it fails: the
+    measured result still stands)."""
+    try:
+        import mlflow
+
+        from dreamshard.tracking import connect, run_tags, use_experiment
+
+        connect(None if tracking is True else tracking)
+        use_experiment("tune")
+        with mlflow.start_run(run_name=f"tune: {result.name}", tags=run_tags()):
+            mlflow.log_params(
+                {
+                    **settings,
+                    "candidates": ", ".join(result.names)[:490],
+                    "skipped": ", ".join(name for name, _ in result.skipped)[:490] or "-",
+                    "winner": result.name,
+                    "rounds": result.rounds,
+                }
+            )
+            metrics = {"seconds": result.seconds, "winner_ratio": result.ratio}
+            for j, name in enumerate(result.names):
+                key = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+                metrics[f"ratio.{key}"] = result.ratios[j]
+                low, high = result.intervals[j]
+                metrics.update({f"interval_low.{key}": low, f"interval_high.{key}": high})
+            mlflow.log_metrics(metrics)
+            mlflow.log_text(result.summary(), "tune.txt")
+    except Exception as exc:  # noqa: BLE001
+        logging.getLogger("dreamshard").warning("tune: not logged to MLflow: %s", first_line(exc))

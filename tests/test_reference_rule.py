@@ -1,0 +1,95 @@
+"""The reference rule in `DreamShardPlanner`: TorchRec's own plan is kept when the calibrated
+predicted gain's lower end does not clear the margin and left when it does; where TorchRec's
+planner gives no plan (it declines, or is not given its second), the best whole-table heuristic
+is the reference, and the planner says which."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torchrec")  # `make test` installs it
+
+from benchmarks.parts.user_model import user_model  # noqa: E402
+from dreamshard.integrations.plan_reading import placement_from_sharding  # noqa: E402
+from dreamshard.placement.heuristics import greedy_place  # noqa: E402
+from dreamshard.placement.reference import Calibration, fit_calibration  # noqa: E402
+from dreamshard.placement.suites import make_suite, parse_suite_name  # noqa: E402
+
+
+def calibration(margin: float, spread: float = 0.0) -> Calibration:
+    """A rule that trusts the model's gain as it is, less `spread`, against `margin`."""
+    return Calibration(1.0, 0.0, spread, margin, 3, "a test")
+
+
+@pytest.fixture(scope="module")
+def user():
+    task = make_suite(parse_suite_name("cpu-24x2", 1, 1)).train_tasks[0]
+    return user_model(task)
+
+
+def read(user, plan):
+    return user.placement(plan, "read")
+
+
+def layout(placement):
+    return placement.devices, placement.splits
+
+
+def test_torchrecs_plan_is_kept_unless_the_lower_end_clears_the_margin(user):
+    own = read(user, user.planner(reference=False).plan(user.module, user.sharders))
+    torchrec = user.torchrec(4.0)[0]
+    assert layout(own) != layout(torchrec)  # the task has a choice to make
+    probe = user.planner(calibration=calibration(margin=0.0))
+    probe.plan(user.module, user.sharders)
+    gain = probe.verdict.predicted_gain
+    assert probe.verdict.reference == "torchrec" and gain > 0.01  # the model prefers its own
+
+    # the margin above the predicted gain: TorchRec's plan, as TorchRec's planner makes it
+    keeps = user.planner(calibration=calibration(margin=gain + 0.01))
+    kept = keeps.plan(user.module, user.sharders)
+    assert keeps.verdict.kept_reference and keeps.verdict.lower_gain <= keeps.verdict.margin
+    assert layout(read(user, kept)) == layout(torchrec)
+    # a spread that takes the lower end under the margin keeps it too
+    wary = user.planner(calibration=calibration(margin=0.0, spread=gain))
+    assert layout(read(user, wary.plan(user.module, user.sharders))) == layout(torchrec)
+
+    # a margin under the gain: the planner's own plan
+    leaves = user.planner(calibration=calibration(margin=gain - 0.01))
+    left = leaves.plan(user.module, user.sharders)
+    assert not leaves.verdict.kept_reference and leaves.verdict.lower_gain > leaves.verdict.margin
+    assert layout(read(user, left)) == layout(own)
+
+
+def test_without_torchrecs_plan_the_best_heuristic_is_the_reference(user):
+    planner = user.planner(calibration=calibration(margin=10.0), time_budget=3.0)
+    plan = planner.plan(user.module, user.sharders)
+    assert "not run: a quarter of the 3 s budget" in planner.reference_note
+    reference = planner.verdict.reference
+    assert reference.startswith("heuristic ") and planner.verdict.kept_reference
+    task = planner.task(user.module)
+    expected = greedy_place(task, reference.split()[1])
+    found = placement_from_sharding(task, dict(plan.plan[""]), "read")
+    assert layout(found) == layout(expected)
+
+
+def test_a_declining_torchrec_leaves_the_heuristic_as_reference():
+    from torchrec.distributed.planner import Topology
+
+    task = make_suite(parse_suite_name("cpu-24x2", 1, 1)).train_tasks[0]
+    user = user_model(task)
+    user.topology = Topology(world_size=2, compute_device="cpu", ddr_cap=task.memory_cap_bytes)
+    planner = user.planner(calibration=calibration(margin=10.0), reserve=False)
+    planner.plan(user.module, user.sharders)  # TorchRec counts inputs too: no room for it
+    assert "TorchRec's planner gave no plan (Unable to find a plan" in planner.reference_note
+    assert planner.verdict.reference.startswith("heuristic ")
+
+
+def test_a_calibration_is_the_line_of_measured_on_predicted_gains_and_its_spread():
+    predicted = [0.0, 0.1, 0.2, 0.3]
+    exact = fit_calibration(predicted, [0.01 + 0.5 * x for x in predicted], 0.01, "a test")
+    assert (exact.slope, exact.intercept) == (pytest.approx(0.5), pytest.approx(0.01))
+    assert exact.spread == pytest.approx(0.0, abs=1e-12)
+    noisy = fit_calibration(predicted, [0.03, 0.04, 0.12, 0.15], 0.01, "a test")
+    assert noisy.spread > 0.01 and noisy.lower_gain(0.2) < exact.lower_gain(0.2)
+    with pytest.raises(Exception, match="3 pairs or more"):
+        fit_calibration(predicted[:2], [0.0, 0.1], 0.01, "a test")
