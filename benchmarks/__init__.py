@@ -15,7 +15,8 @@ a GPU file against the plain heuristics at the file's centre and every corner) a
 `torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes), and
 `reference_calibration` (the planner's predicted gains over TorchRec's plan against real DMP
 steps: the reference rule's calibration) and `torchrec_step` (`DreamShardPlanner` as shipped
-against TorchRec's planner in real training steps, held-out tasks).
+against TorchRec's planner in real training steps, held-out tasks; `torchrec_tune` adds
+`DreamShardPlanner.tune`'s pick).
 What several studies share, or one study alone needs, sits in `parts/`. The library never
 imports this package; `tests/test_layout.py` keeps the wing small (at most 35% of the library's
 lines, no file over 250 lines, no study importing another).
@@ -36,4 +37,5 @@ STUDIES = {
     "torchrec_fair": "benchmarks.fair:STUDY",
     "reference_calibration": "benchmarks.reference_calibration:STUDY",
     "torchrec_step": "benchmarks.torchrec_step:STUDY",
+    "torchrec_tune": "benchmarks.torchrec_step:TUNED",  # `torchrec_step` with the tune's arm
 }

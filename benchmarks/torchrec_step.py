@@ -8,10 +8,14 @@ tasks), each handed to both planners as a user's model is (`parts/user_model.py`
 default CPU topology, one rank's batch of the traces, TorchRec's default reservation). Arms:
 `dreamshard planner` (`DreamShardPlanner()` with the shipped model, the reference rule on),
 `torchrec` (`EmbeddingShardingPlanner` with the same topology, batch and pooling factors, no
-timeout) and `torchrec control` (the same plan again, measured as a plan of its own: the
-noise floor of a ratio). Judge: real DMP steps (`dmp`, wall clock; `dmp cpu`, the ranks' CPU
-time), the task's plans trained in one torchrun launch a round, in `--rounds` interleaved
-rounds, a fresh task order each round.
+timeout), `torchrec control` (the same plan again, measured as a plan of its own: the
+noise floor of a ratio) and, in `torchrec_tune` (the same study with one more arm),
+`dreamshard tune` (`DreamShardPlanner.tune` with `--candidates` candidates for about
+`--tune-seconds`, in a torchrun launch of its own on the judge's training
+model, `gpu_tasks/tune_step.py`: its pick is judged in the judge's launches, which the tune did
+not see, never by the ratio it reported). Judge: real DMP steps (`dmp`, wall clock; `dmp
+cpu`, the ranks' CPU time), the task's plans trained in one torchrun launch a round, in
+`--rounds` interleaved rounds, a fresh task order each round.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dreamshard.report import format_table
 
 DMP, DMP_CPU = "dmp", "dmp cpu"
 OURS, TORCHREC, CONTROL = "dreamshard planner", "torchrec", "torchrec control"
+TUNE = "dreamshard tune"
 SUITES = ("cpu-24x2", "cpu-48x2", "cpu-80x2")
 KEPT = "tasks that kept TorchRec's plan"
 
@@ -43,12 +48,19 @@ def cell(arm: str, suite: str, judge: str = DMP) -> str:
 
 
 class TorchRecStep(Study):
+    tuned_arm = False  # `torchrec_tune`: the tune's arm too
+
     def options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--suites", default=",".join(SUITES), help="suites")
         parser.add_argument("--first", type=int, default=8, help="first held-out task a suite")
         parser.add_argument("--tasks", type=positive(int), default=8, help="tasks a suite")
         parser.add_argument("--rounds", type=positive(int), default=10, help="interleaved rounds")
         parser.add_argument("--steps", type=positive(int), default=20, help="timed steps a turn")
+        if self.tuned_arm:
+            parser.add_argument("--candidates", type=positive(int), default=4, help="tune: plans")
+            parser.add_argument(
+                "--tune-seconds", type=positive(float), default=40.0, help="tune: its budget"
+            )
 
     def prepare(self, args: argparse.Namespace) -> None:
         self.backend = DmpBackend(StepConfig(warmup=5, steps=args.steps))
@@ -87,11 +99,27 @@ class TorchRecStep(Study):
             "reference note": planner.reference_note,
         }
 
+    def tuned(self, task: PlacementTask, args: argparse.Namespace):
+        """The tune's pick, from a launch of its own, and what it reported."""
+        job = self.backend.job(task, [], 1)
+        job.update(
+            candidates=args.candidates,
+            seconds=args.tune_seconds,
+            tune_warmup=3,
+            tune_steps=10,
+        )
+        found = self.backend.run(job, task.num_devices, "gpu_tasks.tune_step")["ranks"][0]
+        placement = self.users[task.name].placement_of(found["plan"], "dreamshard_tuned")
+        said = ("name", "ratio", "interval", "names", "ratios", "skipped", "rounds", "seconds")
+        return placement, {f"tune {k}": found[k] for k in said}
+
     def arms(self, args: argparse.Namespace) -> list[Arm]:
+        tune = [Arm(TUNE, lambda t: self.tuned(t, args))] if self.tuned_arm else []
         return [
             Arm(OURS, self.ours),
             Arm(TORCHREC, lambda t: self.users[t.name].torchrec_planner_plan()),
             Arm(CONTROL, lambda t: self.users[t.name].torchrec_planner_plan()),
+            *tune,
         ]
 
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
@@ -114,9 +142,12 @@ class TorchRecStep(Study):
         out = {}
         for suite in ["all", *suites_of(rows)]:
             subset = [r for r in rows if suite == "all" or r["task"].startswith(suite + "/")]
-            for arm in (OURS, CONTROL):
+            for arm in (OURS, CONTROL, TUNE):
                 for judge in (DMP, DMP_CPU):
                     out[cell(arm, suite, judge)] = ratio_figure(subset, arm, TORCHREC, judge)
+            if self.tuned_arm:
+                value = out[cell(TUNE, suite)].value
+                out[f"{TUNE} geometric mean, {suite}"] = Figure(value, value, value, len(subset))
             kept = [r["plans"][OURS].get("kept reference") for r in subset]
             count = float(sum(bool(k) for k in kept))
             out[f"{KEPT}, {suite}"] = Figure(count, count, count, len(kept))
@@ -128,12 +159,13 @@ class TorchRecStep(Study):
     def details(self, rows: list[dict], figures: dict[str, Figure]) -> str:
         suites = ["all", *suites_of(rows)]
         table = format_table(
-            ["suite", f"{OURS} ({DMP})", f"{OURS} ({DMP_CPU})", f"{CONTROL} ({DMP})", "kept"],
+            ["suite", f"{OURS} ({DMP})", f"({DMP_CPU})", f"{TUNE} ({DMP})", CONTROL, "kept"],
             [
                 [
                     s,
                     figures[cell(OURS, s)].cell(),
                     figures[cell(OURS, s, DMP_CPU)].cell(),
+                    figures[cell(TUNE, s)].cell() if self.tuned_arm else "-",
                     figures[cell(CONTROL, s)].cell(),
                     f"{figures[f'{KEPT}, {s}'].value:.0f} of {figures[f'{KEPT}, {s}'].tasks}",
                 ]
@@ -141,7 +173,7 @@ class TorchRecStep(Study):
             ],
         )
         verdicts = format_table(
-            ["task", "reference", "kept", "predicted gain", "lower end"],
+            ["task", "reference", "kept", "predicted gain", "lower end", "tune's pick (its ratio)"],
             [
                 [
                     r["task"],
@@ -149,6 +181,7 @@ class TorchRecStep(Study):
                     "yes" if r["plans"][OURS].get("kept reference") else "no",
                     fraction(r["plans"][OURS].get("predicted gain")),
                     fraction(r["plans"][OURS].get("lower gain")),
+                    tune_cell(r["plans"].get(TUNE) or {}),
                 ]
                 for r in rows
             ],
@@ -174,6 +207,12 @@ class TorchRecStep(Study):
         )
 
 
+def tune_cell(record: dict) -> str:
+    if "tune name" not in record:
+        return "-"
+    return f"{record['tune name']} ({record['tune ratio']:.3f}, {record['tune rounds']} rounds)"
+
+
 def fraction(value) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
@@ -182,8 +221,19 @@ def suites_of(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["task"].split("/")[0] for r in rows))
 
 
+class TorchRecTune(TorchRecStep):
+    tuned_arm = True
+
+
 STUDY = TorchRecStep(
     "torchrec_step",
     "Never slower than TorchRec's planner: DreamShardPlanner as shipped in real training steps",
     tuple(Target(cell(OURS, s), at_most=1.01) for s in SUITES),
+)
+TUNED = TorchRecTune(
+    "torchrec_tune",
+    "A measured tune on the user's model against TorchRec's planner, in real training steps",
+    tuple(Target(f"{TUNE} geometric mean, {s}", at_most=0.96) for s in SUITES)
+    + tuple(Target(cell(TUNE, s), at_most=1.00) for s in SUITES)
+    + tuple(Target(cell(OURS, s), at_most=1.01) for s in SUITES),
 )

@@ -5,6 +5,8 @@ is the reference, and the planner says which."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torchrec")  # `make test` installs it
@@ -93,3 +95,25 @@ def test_a_calibration_is_the_line_of_measured_on_predicted_gains_and_its_spread
     assert noisy.spread > 0.01 and noisy.lower_gain(0.2) < exact.lower_gain(0.2)
     with pytest.raises(Exception, match="3 pairs or more"):
         fit_calibration(predicted[:2], [0.0, 0.1], 0.01, "a test")
+
+
+def test_place_format_torchrec_records_the_verdict_and_writes_the_plan_it_kept(tmp_path):
+    from dreamshard.cli.main import main
+    from tests.conftest import generated_tables, place_command
+
+    tables = generated_tables(tmp_path / "tables.json", 20)
+    made = place_command(tables, 4, 8, "--split", "auto", "--format", "torchrec")
+    files = {}
+    for name, extra in [
+        ("weighed", ["--method", "dreamshard"]),
+        ("own", ["--method", "dreamshard", "--no-reference"]),
+        ("torchrec", ["--method", "torchrec"]),
+    ]:
+        files[name] = tmp_path / f"{name}.json"
+        assert main([*made, *extra, "--out", str(files[name])]) == 0
+    data = {name: json.loads(path.read_text()) for name, path in files.items()}
+    verdict = data["weighed"]["reference"]
+    assert verdict["reference"] == "torchrec" and "reference" not in data["own"]
+    kept = "torchrec" if verdict["kept_reference"] else "own"
+    assert data["weighed"]["plan"] == data[kept]["plan"]
+    assert (verdict["lower_gain"] > verdict["margin"]) != verdict["kept_reference"]

@@ -40,6 +40,14 @@ class UserModel:
         with quiet_torchrec():  # its log line for each data-parallel table (no sharding spec)
             return placement_from_sharding(self.task, dict(plan.plan[""]), method)
 
+    def placement_of(self, data: dict, method: str) -> Placement:
+        """A plan in TorchRec's JSON form (one collection) read back as a placement."""
+        from dreamshard.integrations.torchrec_export import table_shardings
+
+        (module_path,) = data["plan"]
+        with quiet_torchrec():
+            return placement_from_sharding(self.task, table_shardings(data, module_path), method)
+
     def torchrec_planner_plan(self) -> Placement:
         """TorchRec's planner as the user calls it: the same topology, batch and default
         reservation, our pooling factors (what `DreamShardPlanner` tells it), no timeout."""

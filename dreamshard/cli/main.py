@@ -182,7 +182,7 @@ def cmd_place(args: argparse.Namespace) -> None:
     if refinement is not None:
         print(refinement.summary())
     if verdict is not None:
-        print(f"reference: {verdict.reason}")
+        print(f"reference: {verdict['reason']}")
     elif placement.candidate:
         named = f", reported as {placement.method}" if placement.method != args.method else ""
         judge = "the cost network" if entry.needs_model else "the analytic model"
