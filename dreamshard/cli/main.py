@@ -223,6 +223,8 @@ def weigh_reference(task, placement, args, model, topology, hardware):
     reference = task_reference(
         task, predict, budget, split=args.split, topology=topology, hardware=hardware
     )
+    if reference is None:  # constraints no TorchRec plan or whole-table heuristic holds
+        return placement, None
     verdict = weigh(
         reference.name, predict(placement), predict(reference.placement), load_calibration()
     )

@@ -264,7 +264,8 @@ class DreamShardPlanner(ShardingPlanner):
         """At most `k` distinct plans worth measuring on the user's model (`tune`), each
         `(name, ShardingPlan)`: the reference first (TorchRec's own plan, else the best
         whole-table heuristic by the method's model), then the method's own candidates, its
-        plan first (`BasePlanner.candidates`)."""
+        plan first (`BasePlanner.candidates`); the method's alone where neither reference is a
+        legal plan of the task."""
         sharders = sharders or default_sharders()
         tables = self.tables(module)
         task = self.task(module, sharders, tables)
@@ -275,8 +276,10 @@ class DreamShardPlanner(ShardingPlanner):
             return self._planner.predict(task, p, options) or 0.0
 
         reference = found or heuristic_reference(task, predict, why)
-        plans = [(reference.name, reference.placement, reference.sharding_plan)]
-        seen = {(reference.placement.devices, reference.placement.splits)}
+        plans, seen = [], set()
+        if reference is not None:
+            plans = [(reference.name, reference.placement, reference.sharding_plan)]
+            seen = {(reference.placement.devices, reference.placement.splits)}
         for placement in self._planner.candidates(task, options, k):
             key = (placement.devices, placement.splits)
             if len(plans) < k and key not in seen:
@@ -311,6 +314,10 @@ class DreamShardPlanner(ShardingPlanner):
             logging.getLogger("dreamshard").info("DreamShardPlanner: %s", self.reference_note)
             return None
         reference = found or heuristic_reference(task, predict, why)
+        if reference is None:
+            self.reference_note = f"{why}; no whole-table heuristic is legal here: its plan"
+            logging.getLogger("dreamshard").info("DreamShardPlanner: %s", self.reference_note)
+            return None
         self.reference_note = reference.note
         if (reference.placement.devices, reference.placement.splits) == (
             placement.devices,

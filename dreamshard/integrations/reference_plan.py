@@ -89,8 +89,9 @@ def torchrec_reference(planner, module, sharders: list, task: PlacementTask, tab
     return Reference(TORCHREC, placement, plan, note, seconds), None
 
 
-def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference:
-    """The whole-table heuristic placement `predict` (placement -> ms) rates cheapest."""
+def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference | None:
+    """The whole-table heuristic placement `predict` (placement -> ms) rates cheapest; None
+    where none is legal (the task's constraints shard a table, say)."""
     started = time.perf_counter()
     found = []
     for key in HEURISTIC_KEYS:
@@ -102,17 +103,17 @@ def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference:
             continue
         found.append((predict(placement), key, placement))
     if not found:
-        raise DreamshardError(f"{why}, and no whole-table heuristic places the tables")
+        return None
     ms, key, placement = min(found, key=lambda item: item[0])
     placement = replace(placement, candidate=f"heuristic {key}")
     note = f"{why}; the best whole-table heuristic by the planner's model: {key}"
     return Reference(f"heuristic {key}", placement, None, note, time.perf_counter() - started)
 
 
-def task_reference(task: PlacementTask, predict, budget_s: float, **torchrec) -> Reference:
+def task_reference(task: PlacementTask, predict, budget_s: float, **torchrec) -> Reference | None:
     """The reference for a plan of `task` written for TorchRec (`place --format torchrec`):
     `torchrec_place` of the task (`torchrec`: its split, topology and hardware), else the best
-    whole-table heuristic by `predict`."""
+    whole-table heuristic by `predict` (None: neither is a legal plan of the task)."""
     timeout = torchrec_timeout(budget_s)
     if timeout < MIN_TIMEOUT_S:
         why = (
