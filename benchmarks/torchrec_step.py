@@ -8,8 +8,9 @@ tasks), each handed to both planners as a user's model is (`parts/user_model.py`
 default CPU topology, one rank's batch of the traces, TorchRec's default reservation). Arms:
 `dreamshard planner` (`DreamShardPlanner()` with the shipped model, the reference rule on),
 `torchrec` (`EmbeddingShardingPlanner` with the same topology, batch and pooling factors, no
-timeout), `torchrec control` (the same plan again, measured as a plan of its own: the
-noise floor of a ratio) and, in `torchrec_tune` (the same study with one more arm),
+timeout), `torchrec control` (`torchrec_step` only: the same plan again, measured as a plan
+of its own: the noise floor of a ratio) and, in `torchrec_tune` (the same study with the tune
+in the control's place),
 `dreamshard tune` (`DreamShardPlanner.tune` with `--candidates` candidates for about
 `--tune-seconds`, in a torchrun launch of its own on the judge's training
 model, `gpu_tasks/tune_step.py`: its pick is judged in the judge's launches, which the tune did
@@ -115,12 +116,11 @@ class TorchRecStep(Study):
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
         tune = [Arm(TUNE, lambda t: self.tuned(t, args))] if self.tuned_arm else []
-        return [
-            Arm(OURS, self.ours),
-            Arm(TORCHREC, lambda t: self.users[t.name].torchrec_planner_plan()),
-            Arm(CONTROL, lambda t: self.users[t.name].torchrec_planner_plan()),
-            *tune,
-        ]
+        control = [] if self.tuned_arm else [Arm(CONTROL, self.torchrec)]  # torchrec_step's
+        return [Arm(OURS, self.ours), Arm(TORCHREC, self.torchrec), *control, *tune]
+
+    def torchrec(self, task: PlacementTask):
+        return self.users[task.name].torchrec_planner_plan()
 
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
         """One launch a task and round: the control trains as a plan of its own, the others
@@ -142,7 +142,7 @@ class TorchRecStep(Study):
         out = {}
         for suite in ["all", *suites_of(rows)]:
             subset = [r for r in rows if suite == "all" or r["task"].startswith(suite + "/")]
-            for arm in (OURS, CONTROL, TUNE):
+            for arm in (OURS, TUNE) if self.tuned_arm else (OURS, CONTROL):
                 for judge in (DMP, DMP_CPU):
                     out[cell(arm, suite, judge)] = ratio_figure(subset, arm, TORCHREC, judge)
             if self.tuned_arm:
@@ -151,9 +151,10 @@ class TorchRecStep(Study):
             kept = [r["plans"][OURS].get("kept reference") for r in subset]
             count = float(sum(bool(k) for k in kept))
             out[f"{KEPT}, {suite}"] = Figure(count, count, count, len(kept))
-        ratios = costs(rows, CONTROL, DMP) / costs(rows, TORCHREC, DMP)
+        versus = TUNE if self.tuned_arm else CONTROL
+        ratios = costs(rows, versus, DMP) / costs(rows, TORCHREC, DMP)
         spread = median_cv(ratios[:, ~np.isnan(ratios).any(axis=0)])
-        out["control's paired spread over rounds"] = Figure(spread, spread, spread, len(rows))
+        out[f"{versus}'s paired spread over rounds"] = Figure(spread, spread, spread, len(rows))
         return out
 
     def details(self, rows: list[dict], figures: dict[str, Figure]) -> str:
@@ -166,7 +167,7 @@ class TorchRecStep(Study):
                     figures[cell(OURS, s)].cell(),
                     figures[cell(OURS, s, DMP_CPU)].cell(),
                     figures[cell(TUNE, s)].cell() if self.tuned_arm else "-",
-                    figures[cell(CONTROL, s)].cell(),
+                    "-" if self.tuned_arm else figures[cell(CONTROL, s)].cell(),
                     f"{figures[f'{KEPT}, {s}'].value:.0f} of {figures[f'{KEPT}, {s}'].tasks}",
                 ]
                 for s in suites
@@ -186,7 +187,8 @@ class TorchRecStep(Study):
                 for r in rows
             ],
         )
-        spread = figures["control's paired spread over rounds"].value
+        versus = TUNE if self.tuned_arm else CONTROL
+        spread = figures[f"{versus}'s paired spread over rounds"].value
         return "\n".join(
             [
                 f"## Over `{TORCHREC}`'s step, by suite",
@@ -195,8 +197,8 @@ class TorchRecStep(Study):
                 table,
                 "```",
                 "",
-                f"The control's paired ratio varies over rounds by {spread:.1%} (coefficient of "
-                "variation, the median over tasks).",
+                f"`{versus}`'s paired ratio to `{TORCHREC}` varies over rounds by {spread:.1%} "
+                "(coefficient of variation, the median over tasks).",
                 "",
                 "## The rule's verdict per task",
                 "",
