@@ -58,7 +58,7 @@ class TorchRecStep(Study):
         parser.add_argument("--rounds", type=positive(int), default=10, help="interleaved rounds")
         parser.add_argument("--steps", type=positive(int), default=20, help="timed steps a turn")
         if self.tuned_arm:
-            parser.add_argument("--candidates", type=positive(int), default=4, help="tune: plans")
+            parser.add_argument("--candidates", type=positive(int), default=5, help="tune: plans")
             parser.add_argument(
                 "--tune-seconds", type=positive(float), default=40.0, help="tune: its budget"
             )

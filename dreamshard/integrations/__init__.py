@@ -7,5 +7,8 @@ DistributedModelParallel (importing it imports TorchRec); `dmp_backend`: the `dm
 backend, real TorchRec training steps under torchrun (the program is `gpu_tasks/dmp_step.py`);
 `plan_check`: `dreamshard check`, an existing plan's legality, memory (ours and TorchRec's),
 predicted cost and dreamshard's plan beside it (a live `ShardingPlan` too); `plan_reading`:
-any TorchRec plan (live, or its JSON form) read back as our placement, checked as it is read.
+any TorchRec plan (live, or its JSON form) read back as our placement, checked as it is read;
+`reference_plan`: the reference a plan for TorchRec is weighed against (TorchRec's planner in a
+quarter of the budget, else the best whole-table heuristic); `tune`: `DreamShardPlanner.tune`,
+the best of the candidate plans measured in the user's own DMP training steps on every rank.
 May import: every stage below (TorchRec only when called, or in `dmp_planner`)."""

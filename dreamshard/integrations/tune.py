@@ -6,10 +6,11 @@ else the best whole-table heuristic) stays unless another is cheaper beyond the 
     model = DistributedModelParallel(model, device=device, plan=result.plan, sharders=sharders)
 
 Each candidate is built once as `DistributedModelParallel(copy.deepcopy(model), ...)`; the user's
-model and weights are never touched. Rounds visit the candidates in a fresh order, the same on
-every rank (a seeded RNG); a turn is `warmup` untimed then `steps` timed calls of
-`step_fn(sharded_copy, batch)`, cycling through `batches` from the first, each step started from a
-barrier. A turn's cost is the slowest rank's median step; the choice is `refine.choose` on the
+model and weights are never touched. A round takes the candidates in a fresh order, the same on
+every rank (a seeded RNG): each candidate's `warmup` untimed calls of `step_fn(sharded_copy,
+batch)`, then one timed call of each candidate in turn, `steps` times (a slow moment of the host
+falls on every candidate alike), cycling through `batches`, each step started from a barrier. A
+candidate's cost in a round is the slowest rank's median step; the choice is `refine.choose` on the
 [rounds, candidates] costs, column 0 the reference. `step_fn` is the user's whole training step
 (forward, backward, optimizer) and gets the sharded copy: it must not close over the user's model.
 
@@ -24,8 +25,8 @@ the steps and 0.1 s the builds; tracking to a fresh sqlite store added about 4 s
 round, at least 3 rounds and at most 10, none started that would end past 60 s, so a 100 ms
 step tunes in about 52 s of steps and a 1 s step in 156 s (the 3 rounds), builds on top.
 
-Failures: a candidate that raises on any rank while built or in a turn is dropped on every rank
-(all ranks exchange their errors after each build and turn) with one line on rank 0; the
+Failures: a candidate that raises on any rank while built or in a round is dropped on every rank
+(all ranks exchange their errors after each build and round) with one line on rank 0; the
 reference failing ends the tune with one DreamshardError line, and so does a collective that
 raises (a rank died). A step that raises on one rank while the others wait inside a collective
 of theirs cannot be recovered here: those ranks wait until the process group's timeout.
@@ -53,7 +54,7 @@ from dreamshard.report import format_table
 
 TUNE_SECONDS = 60.0  # no round starts that would end past this (after the builds)
 CANDIDATES = 4  # the reference and the planner's best three
-WARMUP, STEPS = 3, 10  # untimed, then timed steps of a turn
+WARMUP, STEPS = 3, 10  # untimed, then timed steps of a candidate in a round
 MIN_ROUNDS, ROUNDS = 3, 10  # fewer than 3 could not tell a real difference from a lucky round
 
 
@@ -166,7 +167,7 @@ def check_inputs(planner, model, pg, batches, candidates, warmup, steps, rounds)
         raise DreamshardError(f"tune: candidates={candidates}; measure at least 1 plan")
     if steps <= warmup:
         raise DreamshardError(
-            f"tune: steps={steps} timed steps a turn are not above warmup={warmup}; raise "
+            f"tune: steps={steps} timed steps a round are not above warmup={warmup}; raise "
             "steps or lower warmup"
         )
     if rounds < 2:
@@ -244,11 +245,9 @@ def measure(model, sharders, pg, plans, turn, rounds: int, seconds: float, seed:
         if len(rows) >= min(MIN_ROUNDS, rounds) and clock * (len(rows) + 1) / len(rows) > seconds:
             break  # the next round would end past the budget (rank 0's clock, on every rank)
         row = {}
-        for j in rng.permutation(sorted(built)).tolist():
-            try:
-                mine = (timed_turn(built[j], *turn, pg), None)
-            except Exception as exc:  # dropped on every rank once they hear of it
-                mine = (None, first_line(exc))
+        order = rng.permutation(sorted(built)).tolist()
+        found = timed_round([built[j] for j in order], *turn, pg)
+        for j, mine in zip(order, found):
             heard = agreed(j, (*mine, time.monotonic() - start), f"in round {len(rows) + 1}")
             if heard is not None:
                 row[j], clock = max(ms for ms, _, _ in heard), heard[0][2]
@@ -280,20 +279,48 @@ def build(model, plan, sharders, pg, device: torch.device):
     )
 
 
-def timed_turn(sharded, batches, step_fn, warmup: int, steps: int, device, pg) -> float:
-    """This rank's median ms of the `steps` timed steps after `warmup` untimed ones."""
-    times, cuda = [], device.type == "cuda"
-    for i in range(warmup + steps):
-        dist.barrier(group=pg)  # every rank starts the step together
-        if cuda:
-            torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        step_fn(sharded, batches[i % len(batches)])
-        if cuda:
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append((time.perf_counter() - started) * 1000.0)
-    return float(np.median(times))
+def timed_round(models: list, batches, step_fn, warmup: int, steps: int, device, pg) -> list:
+    """Each model's (this rank's median ms, None) or (None, the error's first line) in one
+    round: every model's `warmup` untimed steps, then one timed step of each in turn, `steps`
+    times, so that a slow moment of the host falls on every candidate alike (the DMP backend's
+    interleaving, `docs/torchrec.md` "DMP noise"). A model that raises takes no more steps."""
+    times: list[list[float]] = [[] for _ in models]
+    errors: list[str | None] = [None] * len(models)
+
+    def step(m: int, i: int, timed: bool) -> None:
+        if errors[m] is not None:
+            return
+        try:
+            ms = one_step(models[m], batches[i % len(batches)], step_fn, device, pg)
+        except Exception as exc:  # dropped on every rank once they hear of it
+            errors[m] = first_line(exc)
+            return
+        if timed:
+            times[m].append(ms)
+
+    for m in range(len(models)):
+        for i in range(warmup):
+            step(m, i, False)
+    for i in range(steps):
+        for m in range(len(models)):
+            step(m, warmup + i, True)
+    return [
+        (None, error) if error is not None else (float(np.median(found)), None)
+        for found, error in zip(times, errors)
+    ]
+
+
+def one_step(sharded, batch, step_fn, device, pg) -> float:
+    """One step of the user's, started from a barrier of every rank: this rank's ms."""
+    cuda = device.type == "cuda"
+    dist.barrier(group=pg)
+    if cuda:
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    step_fn(sharded, batch)
+    if cuda:
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - started) * 1000.0
 
 
 def exchange(pg, mine, name: str) -> list:
