@@ -143,3 +143,23 @@ def test_a_bad_refine_value_is_one_line_and_no_plan(cli, tables_file, tmp_path):
     alone = cli(*args, "--refine-seconds", "5")
     assert "--refine-seconds needs --refine" in error_line(alone)
     assert not plan.exists()
+
+
+def test_a_reference_is_measured_first_and_keeps_its_own_name_when_it_wins(model):
+    """`place --refine dmp`'s shape: TorchRec's plan (here a stand-in, `random`'s placement,
+    the dearest) measured first; on exact costs the cheapest wins and is credited to whoever
+    made it; the reference, when it is the cheapest, stays under its own name."""
+    from dataclasses import replace
+
+    backend = SimulatedBackend()
+    task = make_suite(parse_suite_name("cpu-24x4", 1, 1)).test_tasks[0]
+    dear = replace(place(task, "random", seed=1), candidate="reference")
+    result = refine(task, "dreamshard", backend, 5.0, model, reference=dear)
+    assert result.candidates[0].name == "reference"
+    assert result.candidates[0].placement.devices == dear.devices
+    assert result.winner != 0 and result.placement.method != "random"
+    cheapest = min(result.candidates[1:], key=lambda c: c.median_ms)
+    best = replace(cheapest.placement, candidate="reference", method="torchrec")
+    kept = refine(task, "dreamshard", backend, 5.0, model, reference=best)
+    assert kept.winner == 0 and kept.placement.method == "torchrec"
+    assert kept.placement.devices == best.devices
