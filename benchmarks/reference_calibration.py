@@ -20,6 +20,7 @@ import argparse
 
 import numpy as np
 
+from benchmarks.parts.dmp_steps import launch_steps
 from benchmarks.parts.reference_fit import MARGIN, gain_pairs, pair_arms
 from benchmarks.parts.user_model import user_model
 from benchmarks.record import studied_model
@@ -92,15 +93,7 @@ class ReferenceCalibration(Study):
         return float(planner._planner.predict(seen, placement, planner._options))
 
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
-        distinct = {(p.devices, p.splits): p for p in plans.values()}
-        keys = list(distinct)
-        run = self.backend.measure_plans(task, list(distinct.values()), rounds=1)
-        wall, cpu = run.overall("wall")[0], run.overall("cpu")[0]
-        return {
-            arm: {DMP: float(wall[i]), DMP_CPU: float(cpu[i])}
-            for arm, p in plans.items()
-            for i in [keys.index((p.devices, p.splits))]
-        }
+        return launch_steps(self.backend, task, plans)
 
     def judges(self, args: argparse.Namespace) -> list[Judge]:
         return [

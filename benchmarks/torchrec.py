@@ -24,6 +24,7 @@ from importlib.metadata import version
 
 import numpy as np
 
+from benchmarks.parts.dmp_steps import launch_steps
 from benchmarks.parts.torchrec_defaults import DEFAULTS, torchrec_defaults
 from benchmarks.record import model_option, studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, costs, mean_figure, ratio_figure
@@ -94,15 +95,7 @@ class TorchRecStudy(Study):
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
         """One launch a task and round: its distinct plans trained in turn (one torchrun), each
         plan's slowest rank's median step by the wall clock and by CPU time."""
-        distinct = {(p.devices, p.splits): p for p in plans.values()}
-        keys = list(distinct)
-        run = self.backend.measure_plans(task, list(distinct.values()), rounds=1)
-        wall, cpu = run.overall("wall")[0], run.overall("cpu")[0]
-        return {
-            arm: {DMP: float(wall[i]), DMP_CPU: float(cpu[i])}
-            for arm, p in plans.items()
-            for i in [keys.index((p.devices, p.splits))]
-        }
+        return launch_steps(self.backend, task, plans)
 
     def judges(self, args: argparse.Namespace) -> list[Judge]:
         return [

@@ -26,6 +26,7 @@ import json
 
 import numpy as np
 
+from benchmarks.parts.dmp_steps import launch_steps
 from benchmarks.parts.user_model import user_model
 from benchmarks.record import studied_model
 from benchmarks.study import Arm, Figure, Judge, Study, Target, costs, ratio_figure
@@ -125,15 +126,7 @@ class TorchRecStep(Study):
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
         """One launch a task and round: the control trains as a plan of its own, the others
         once per distinct plan."""
-        keys = [a if a == CONTROL else (p.devices, p.splits) for a, p in plans.items()]
-        distinct = dict(zip(keys, plans.values()))
-        order = list(distinct)
-        run = self.backend.measure_plans(task, list(distinct.values()), rounds=1)
-        wall, cpu = run.overall("wall")[0], run.overall("cpu")[0]
-        return {
-            arm: {DMP: float(wall[order.index(key)]), DMP_CPU: float(cpu[order.index(key)])}
-            for arm, key in zip(plans, keys)
-        }
+        return launch_steps(self.backend, task, plans, (CONTROL,))
 
     def judges(self, args: argparse.Namespace) -> list[Judge]:
         return [Judge(DMP, rounds=args.rounds, per_task=self.steps, fills=(DMP, DMP_CPU))]

@@ -10,5 +10,6 @@ predicted cost and dreamshard's plan beside it (a live `ShardingPlan` too); `pla
 any TorchRec plan (live, or its JSON form) read back as our placement, checked as it is read;
 `reference_plan`: the reference a plan for TorchRec is weighed against (TorchRec's planner in a
 quarter of the budget, else the best whole-table heuristic); `tune`: `DreamShardPlanner.tune`,
-the best of the candidate plans measured in the user's own DMP training steps on every rank.
+the best of the candidate plans measured in the user's own DMP training steps on every rank;
+`rank_zero`: work done on rank 0, its result or its error broadcast to every rank.
 May import: every stage below (TorchRec only when called, or in `dmp_planner`)."""

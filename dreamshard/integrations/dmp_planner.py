@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from dreamshard.costs.hardware import GENERIC_GPU, detect_hardware, load_hardware
 from dreamshard.errors import DreamshardError
+from dreamshard.integrations.rank_zero import on_rank_zero
 from dreamshard.integrations.reference_plan import (
     MIN_BUDGET_S,
     TORCHREC_SHARE,
@@ -372,21 +373,7 @@ class DreamShardPlanner(ShardingPlanner):
                 f"the process group has {pg.size()} ranks but the topology "
                 f"{self.topology.world_size} devices"
             )
-        result: list = [None, None]  # [plan, error]: the other ranks must not wait forever
-        failure = None
-        if pg.rank() == 0:
-            try:
-                result = [self.plan(module, sharders), None]
-            except Exception as exc:  # any failure: sent on, then raised on rank 0 as it was
-                failure = exc
-                result = [None, str(exc) if isinstance(exc, DreamshardError) else repr(exc)]
-        if pg.size() > 1:
-            dist.broadcast_object_list(result, group=pg, group_src=0)
-        if failure is not None:
-            raise failure
-        if result[1] is not None:
-            raise DreamshardError(result[1])
-        return result[0]
+        return on_rank_zero(pg, lambda: self.plan(module, sharders))
 
 
 def sharder_for(collection, sharders: list):

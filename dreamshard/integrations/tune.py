@@ -48,6 +48,7 @@ import torch.distributed as dist
 
 from dreamshard.errors import DreamshardError
 from dreamshard.evaluation.refine import choose
+from dreamshard.integrations.rank_zero import on_rank_zero
 from dreamshard.integrations.torchrec_tables import embedding_bag_collections
 from dreamshard.progress import Progress
 from dreamshard.report import format_table
@@ -190,25 +191,15 @@ def shared_candidates(planner, model, sharders, pg, k: int, tracking) -> list[tu
     """Rank 0's candidate plans on every rank, or rank 0's error on every rank (none waits for
     plans forever). Rank 0 also opens the tracking store first, so a bad URI stops every rank
     before anything is measured."""
-    result: list = [None, None]  # [(name, plan) list, error]
-    failure = None
-    if pg.rank() == 0:
-        try:
-            if tracking:
-                from dreamshard.tracking import connect
 
-                connect(None if tracking is True else tracking)
-            result = [planner.candidate_plans(model, sharders, k), None]
-        except Exception as exc:  # any failure: sent on, then raised on rank 0 as it was
-            failure = exc
-            result = [None, str(exc) if isinstance(exc, DreamshardError) else repr(exc)]
-    if pg.size() > 1:
-        dist.broadcast_object_list(result, group=pg, group_src=0)
-    if failure is not None:
-        raise failure
-    if result[1] is not None:
-        raise DreamshardError(result[1])
-    return result[0]
+    def make():
+        if tracking:
+            from dreamshard.tracking import connect
+
+            connect(None if tracking is True else tracking)
+        return planner.candidate_plans(model, sharders, k)
+
+    return on_rank_zero(pg, make)
 
 
 def measure(model, sharders, pg, plans, turn, rounds: int, seconds: float, seed: int):

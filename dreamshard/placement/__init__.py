@@ -6,11 +6,11 @@ no-split: what the user requires beyond memory, as legality, a placing order and
 greedy keys), `splitting` (which tables to split, the split candidates and their rating,
 placing shards), `planner` (`BasePlanner` and `PlanOptions`: the one shape of every method),
 `budget` (planning time: the deadline and the default budget), `reference` (the rule that
-keeps a reference plan unless the calibrated predicted gain clears a margin), `registry` (every method by
-name, `place`), `suites` (named task suites), `plan_file` (the plan JSON). Training's warm
-start and the split ratings need the heuristics' rules, and the cost collector the registry,
-so they sit below costs and learning; the registry names the planners above by
-"module:attribute".
+keeps a reference plan unless the calibrated predicted gain clears a margin), `registry`
+(every method by name, `place`), `suites` (named task suites), `plan_file` (the plan JSON).
+Training's warm start and the split ratings need the heuristics' rules, and the cost
+collector the registry, so they sit below costs and learning; the registry names the planners
+above by "module:attribute".
 May import: tables and the root modules.
 """
 
