@@ -464,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(BACKENDS),
         metavar="BACKEND",
         help="measure the planner's pick, its next candidates (dreamshard: the cost network's "
-        "top 4) and the heuristics on this backend (fbgemm: real kernels; simulated) in "
+        "top 4) and the heuristics on this backend (fbgemm: real kernels; simulated; dmp: real "
+        "TorchRec steps, with TorchRec's own plan measured first as the one to beat) in "
         "interleaved rounds, and return another only if it is cheaper than the pick beyond "
         "the noise; the plan records what was measured (default: no refinement)",
     )
