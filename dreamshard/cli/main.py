@@ -160,7 +160,8 @@ def cmd_place(args: argparse.Namespace) -> None:
             hardware=hardware,
         )
     verdict = None
-    if args.format == "torchrec" and args.reference and entry.needs_model and not args.refine:
+    for_torchrec = PLAN_WRITERS[args.format] is write_sharding_plan
+    if for_torchrec and args.reference and entry.needs_model and not args.refine:
         placement, verdict = weigh_reference(task, placement, args, model, topology, hardware)
     elapsed = time.perf_counter() - start
     # written before anything is printed: output piped into `head` must not lose the plan
