@@ -90,7 +90,7 @@ class ReferenceCalibration(Study):
 
     def predicted(self, task: PlacementTask, placement) -> float:
         _, planner, seen = self.users[task.name]
-        return float(planner._planner.predict(seen, placement, planner._options))
+        return float(planner._planner.predict(seen, placement, planner.method_options()))
 
     def steps(self, task: PlacementTask, plans: dict) -> dict[str, dict[str, float]]:
         return launch_steps(self.backend, task, plans)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
+from dreamshard.errors import DreamshardError
 from dreamshard.integrations.dmp_planner import DreamShardPlanner
 from dreamshard.integrations.plan_reading import placement_from_sharding
 from dreamshard.integrations.reference_plan import torchrec_reference
 from dreamshard.integrations.torchrec_planner import bag_configs, quiet_torchrec
 from dreamshard.placement.tasks import Placement, PlacementTask
-from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size, trace_for
+from dreamshard.tables.traces import DEFAULT_BATCH, table_batch_size
+from gpu_tasks.dmp_step import rank_batch
 
 
 @dataclass
@@ -72,8 +72,6 @@ class UserModel:
             tables, budget_s,
         )  # fmt: skip
         if found is None:
-            from dreamshard.errors import DreamshardError
-
             raise DreamshardError(why)
         return self.placement(found.sharding_plan, "torchrec"), found.seconds
 
@@ -98,23 +96,6 @@ def user_model(task: PlacementTask) -> UserModel:
         )
         topology = Topology(world_size=task.num_devices, compute_device="cpu")
     sharders = [EmbeddingBagCollectionSharder()]
-    return UserModel(user_task(task), module, rank_batch(task), topology, sharders)
-
-
-def rank_batch(task: PlacementTask):
-    """Rank 0's bags of every table's trace (as the DMP step trains on them)."""
-    import torch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    global_batch = table_batch_size(task.tables, DEFAULT_BATCH)
-    per_rank = global_batch // task.num_devices
-    values, lengths = [], []
-    for table in task.tables:
-        indices, offsets = trace_for(table, global_batch)
-        values.append(indices[offsets[0] : offsets[per_rank]])
-        lengths.append(np.diff(offsets[: per_rank + 1]))
-    return KeyedJaggedTensor(
-        keys=[t.name for t in task.tables],
-        values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
-        lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)),
-    )
+    batch_size = table_batch_size(task.tables, DEFAULT_BATCH)  # rank 0's share, as DMP trains
+    batch = rank_batch(task.tables, batch_size, 0, task.num_devices, torch.device("cpu"))
+    return UserModel(user_task(task), module, batch, topology, sharders)

@@ -207,10 +207,13 @@ def weigh_reference(task, placement, args, model, topology, hardware):
     """`place --format torchrec`: the reference rule (`placement.reference`) on the method's
     placement and TorchRec's plan of the task (else the best whole-table heuristic); the
     placement kept and the verdict, which the plan file records."""
-    from dreamshard.integrations.reference_plan import MIN_BUDGET_S, task_reference
-    from dreamshard.placement.budget import default_time_budget
+    from dreamshard.integrations.reference_plan import (
+        reference_budget,
+        task_reference,
+        weigh_plan,
+    )
     from dreamshard.placement.planner import PlanOptions
-    from dreamshard.placement.reference import load_calibration, weigh
+    from dreamshard.placement.reference import load_calibration
 
     planner = registration(args.method).load()
     options = PlanOptions(
@@ -220,15 +223,13 @@ def weigh_reference(task, placement, args, model, topology, hardware):
     def predict(p):
         return planner.predict(task, p, options)
 
-    budget = args.time_budget or max(MIN_BUDGET_S, default_time_budget(len(task.tables)))
+    budget = reference_budget(len(task.tables), args.time_budget)
     reference = task_reference(
         task, predict, budget, split=args.split, topology=topology, hardware=hardware
     )
     if reference is None:  # constraints no TorchRec plan or whole-table heuristic holds
         return placement, None
-    verdict = weigh(
-        reference.name, predict(placement), predict(reference.placement), load_calibration()
-    )
+    verdict = weigh_plan(reference, placement, predict(placement), predict, load_calibration())
     kept = reference.placement if verdict.kept_reference else placement
     return kept, {**verdict.record(), "note": reference.note}
 

@@ -30,11 +30,12 @@ from dreamshard.costs.hardware import GENERIC_GPU, detect_hardware, load_hardwar
 from dreamshard.errors import DreamshardError
 from dreamshard.integrations.rank_zero import on_rank_zero
 from dreamshard.integrations.reference_plan import (
-    MIN_BUDGET_S,
     TORCHREC_SHARE,
     Reference,
     heuristic_reference,
+    reference_budget,
     torchrec_reference,
+    weigh_plan,
 )
 from dreamshard.integrations.torchrec_export import (
     INDEXED_DEVICES,
@@ -55,7 +56,6 @@ from dreamshard.placement.reference import (
     Calibration,
     Verdict,
     load_calibration,
-    weigh,
 )
 from dreamshard.placement.registry import registration
 from dreamshard.placement.tasks import PlacementTask
@@ -241,10 +241,11 @@ class DreamShardPlanner(ShardingPlanner):
         return placement, self.weigh_reference(task, placement, found, why, options)
 
     def budget(self, task: PlacementTask) -> float:
-        """Seconds for a plan: the given budget, else the method's default, at least
-        `MIN_BUDGET_S` with the reference on (TorchRec's one second is a quarter of it)."""
-        default = default_time_budget(len(task.tables))
-        return self.time_budget or (max(MIN_BUDGET_S, default) if self.reference else default)
+        """Seconds for a plan: the given budget, else the method's default, at least 4 s with
+        the reference on (`reference_plan.reference_budget`)."""
+        if self.reference:
+            return reference_budget(len(task.tables), self.time_budget)
+        return self.time_budget or default_time_budget(len(task.tables))
 
     def method_options(self) -> PlanOptions:
         """The method's options, its model loaded on the first call (in seconds)."""
@@ -292,9 +293,10 @@ class DreamShardPlanner(ShardingPlanner):
         ]
 
     def rule_calibration(self) -> Calibration:
-        if isinstance(self.calibration, Calibration):
-            return self.calibration
-        return load_calibration(self.calibration or CALIBRATION_FILE)
+        """The rule's calibration, read once (`calibration`: given, a file, or the shipped)."""
+        if not isinstance(self.calibration, Calibration):
+            self.calibration = load_calibration(self.calibration or CALIBRATION_FILE)
+        return self.calibration
 
     def tune(self, model, sharders, pg, batches, step_fn, **options):
         """The best of the top candidate plans measured on the user's own model, batches and
@@ -310,7 +312,8 @@ class DreamShardPlanner(ShardingPlanner):
         def predict(p):
             return self._planner.predict(task, p, options)
 
-        if predict(placement) is None:
+        ours = predict(placement)
+        if ours is None:
             self.reference_note = f"{self.method} has no cost model: its plan, unweighed"
             logging.getLogger("dreamshard").info("DreamShardPlanner: %s", self.reference_note)
             return None
@@ -320,18 +323,7 @@ class DreamShardPlanner(ShardingPlanner):
             logging.getLogger("dreamshard").info("DreamShardPlanner: %s", self.reference_note)
             return None
         self.reference_note = reference.note
-        if (reference.placement.devices, reference.placement.splits) == (
-            placement.devices,
-            placement.splits,
-        ):
-            self.verdict = weigh(reference.name, 1.0, 1.0, self.rule_calibration())
-            return reference
-        self.verdict = weigh(
-            reference.name,
-            predict(placement),
-            predict(reference.placement),
-            self.rule_calibration(),
-        )
+        self.verdict = weigh_plan(reference, placement, ours, predict, self.rule_calibration())
         logging.getLogger("dreamshard").info(
             "DreamShardPlanner: %s; %s", reference.note, self.verdict.reason
         )

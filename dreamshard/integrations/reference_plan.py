@@ -16,8 +16,10 @@ from dataclasses import dataclass, replace
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.integrations.plan_reading import placement_from_sharding
 from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_place
+from dreamshard.placement.budget import default_time_budget
 from dreamshard.placement.constraints import sharding_problem
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+from dreamshard.placement.reference import weigh
 from dreamshard.placement.tasks import Placement, PlacementTask, placement_problem
 
 TORCHREC = "torchrec"
@@ -45,15 +47,41 @@ def torchrec_timeout(budget_s: float) -> int:
     return int(math.floor(budget_s * TORCHREC_SHARE + 1e-9))
 
 
+def reference_budget(num_tables: int, given: float | None = None) -> float:
+    """Seconds for a plan weighed against TorchRec's: `given`, else the default budget, at
+    least `MIN_BUDGET_S` (TorchRec's one second is a quarter of it)."""
+    return given or max(MIN_BUDGET_S, default_time_budget(num_tables))
+
+
+def not_given(budget_s: float) -> str | None:
+    """Why TorchRec's planner is not run within `budget_s`, or None where it is."""
+    if torchrec_timeout(budget_s) >= MIN_TIMEOUT_S:
+        return None
+    return (
+        f"TorchRec's planner not run: a quarter of the {budget_s:g} s budget is under its "
+        f"{MIN_TIMEOUT_S} s minimum"
+    )
+
+
+def weigh_plan(reference: Reference, placement: Placement, ours_ms: float, predict, calibration):
+    """The reference rule's `Verdict` on the method's `placement` (predicted `ours_ms`) and
+    the reference; a placement that is the reference's is the reference, kept."""
+    if (reference.placement.devices, reference.placement.splits) == (
+        placement.devices,
+        placement.splits,
+    ):
+        same = weigh(reference.name, 1.0, 1.0, calibration)
+        return replace(same, kept_reference=True, reason="the method's plan is the reference's")
+    return weigh(reference.name, ours_ms, predict(reference.placement), calibration)
+
+
 def torchrec_reference(planner, module, sharders: list, task: PlacementTask, tables, budget_s):
     """TorchRec's plan of `module` as `planner` (a DreamShardPlanner) would be asked, read
     back as our placement of `task`; None and why where it gives none we can use."""
+    why = not_given(budget_s)
+    if why:
+        return None, why
     timeout = torchrec_timeout(budget_s)
-    if timeout < MIN_TIMEOUT_S:
-        return None, (
-            f"TorchRec's planner not run: a quarter of the {budget_s:g} s budget is under its "
-            f"{MIN_TIMEOUT_S} s minimum"
-        )
     from torchrec.distributed.planner import EmbeddingShardingPlanner
 
     started = time.perf_counter()
@@ -114,13 +142,10 @@ def task_reference(task: PlacementTask, predict, budget_s: float, **torchrec) ->
     """The reference for a plan of `task` written for TorchRec (`place --format torchrec`):
     `torchrec_place` of the task (`torchrec`: its split, topology and hardware), else the best
     whole-table heuristic by `predict` (None: neither is a legal plan of the task)."""
-    timeout = torchrec_timeout(budget_s)
-    if timeout < MIN_TIMEOUT_S:
-        why = (
-            f"TorchRec's planner not run: a quarter of the {budget_s:g} s budget is under its "
-            f"{MIN_TIMEOUT_S} s minimum"
-        )
+    why = not_given(budget_s)
+    if why:
         return heuristic_reference(task, predict, why)
+    timeout = torchrec_timeout(budget_s)
     started = time.perf_counter()
     try:
         placement = torchrec_place(task, reserve=False, timeout=timeout, **torchrec)
