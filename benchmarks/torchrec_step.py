@@ -59,9 +59,9 @@ class TorchRecStep(Study):
         parser.add_argument("--rounds", type=positive(int), default=10, help="interleaved rounds")
         parser.add_argument("--steps", type=positive(int), default=20, help="timed steps a turn")
         if self.tuned_arm:
-            parser.add_argument("--candidates", type=positive(int), default=5, help="tune: plans")
+            parser.add_argument("--candidates", type=positive(int), default=6, help="tune: plans")
             parser.add_argument(
-                "--tune-seconds", type=positive(float), default=40.0, help="tune: its budget"
+                "--tune-seconds", type=positive(float), default=45.0, help="tune: its budget"
             )
 
     def prepare(self, args: argparse.Namespace) -> None:
@@ -113,6 +113,7 @@ class TorchRecStep(Study):
         found = self.backend.run(job, task.num_devices, "gpu_tasks.tune_step")["ranks"][0]
         placement = self.users[task.name].placement_of(found["plan"], "dreamshard_tuned")
         said = ("name", "ratio", "interval", "names", "ratios", "skipped", "rounds", "seconds")
+        said += ("finalist", "confirmation", "confirm rounds")
         return placement, {f"tune {k}": found[k] for k in said}
 
     def arms(self, args: argparse.Namespace) -> list[Arm]:
@@ -167,7 +168,14 @@ class TorchRecStep(Study):
             ],
         )
         verdicts = format_table(
-            ["task", "reference", "kept", "predicted gain", "lower end", "tune's pick (its ratio)"],
+            [
+                "task",
+                "reference",
+                "kept",
+                "predicted gain",
+                "lower end",
+                "tune's pick (finalist: screened, confirmed)",
+            ],
             [
                 [
                     r["task"],
@@ -205,7 +213,15 @@ class TorchRecStep(Study):
 def tune_cell(record: dict) -> str:
     if "tune name" not in record:
         return "-"
-    return f"{record['tune name']} ({record['tune ratio']:.3f}, {record['tune rounds']} rounds)"
+    finalist, rounds = record.get("tune finalist"), record["tune rounds"]
+    if not finalist:
+        return f"{record['tune name']} (none cheaper in {rounds} screening rounds)"
+    screened = record["tune ratios"][record["tune names"].index(finalist)]
+    ratio, low, high = record["tune confirmation"] or (float("nan"),) * 3
+    return (
+        f"{record['tune name']} ({finalist}: {screened:.3f} in {rounds} rounds, then "
+        f"{ratio:.3f} [{low:.3f}, {high:.3f}] in {record['tune confirm rounds']} fresh)"
+    )
 
 
 def fraction(value) -> str:

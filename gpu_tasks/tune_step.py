@@ -81,6 +81,9 @@ def run_rank(job: dict) -> dict:
         "ratios": list(result.ratios),
         "skipped": [list(s) for s in result.skipped],
         "rounds": result.rounds,
+        "finalist": result.finalist,
+        "confirmation": list(result.confirmation) if result.confirmation else None,
+        "confirm rounds": len(result.confirm_ms),
         "seconds": result.seconds,
         "reason": result.reason,
     }

@@ -13,6 +13,7 @@ pytest.importorskip("torchrec")  # `make test` installs it
 
 from benchmarks.parts.user_model import user_model  # noqa: E402
 from dreamshard.integrations.plan_reading import placement_from_sharding  # noqa: E402
+from dreamshard.integrations.reference_plan import plan_key  # noqa: E402
 from dreamshard.placement.heuristics import greedy_place  # noqa: E402
 from dreamshard.placement.reference import Calibration, fit_calibration  # noqa: E402
 from dreamshard.placement.suites import make_suite, parse_suite_name  # noqa: E402
@@ -117,3 +118,20 @@ def test_place_format_torchrec_records_the_verdict_and_writes_the_plan_it_kept(t
     kept = "torchrec" if verdict["kept_reference"] else "own"
     assert data["weighed"]["plan"] == data[kept]["plan"]
     assert (verdict["lower_gain"] > verdict["margin"]) != verdict["kept_reference"]
+
+
+def test_the_tunes_candidates_include_plans_on_torchrecs_layout(user):
+    """TorchRec makes some tables data-parallel; the candidates after its plan keep that layout
+    with the other tables placed again, beside the method's own plans, all distinct plans."""
+    torchrec = user.torchrec(4.0)[0]
+    replicated = {s.table for s in torchrec.splits if s.kind == "replica"}
+    assert replicated  # TorchRec's CPU plan replicates the small tables
+    plans = user.planner().candidate_plans(user.module, user.sharders, k=6)
+    names = [name for name, _ in plans]
+    found = [read(user, plan) for _, plan in plans]
+    assert names[0] == "torchrec" and layout(found[0]) == layout(torchrec)
+    assert len(plans) == 6 and len({plan_key(user.task, p) for p in found}) == 6
+    on_layout = [p for name, p in zip(names, found) if name.endswith("on torchrec's layout")]
+    assert on_layout and len(on_layout) < 6  # taken in turn with the method's own
+    for placement in on_layout:
+        assert {s.table for s in placement.splits} == replicated

@@ -133,6 +133,7 @@ def rank_main(rank: int, port: int, out: str) -> None:
     got = {
         "plan": sharding_plan_to_dict(result.plan),
         "fields": (result.name, result.names, result.costs_ms, result.skipped, result.reason),
+        "confirming": (result.finalist, result.confirm_ms, result.confirmation),
         "ratio": (result.ratio, result.interval),
         "unchanged": same,
         "summary": result.summary(),
@@ -186,10 +187,15 @@ def test_a_tune_on_two_gloo_ranks_skips_failing_candidates_and_agrees(tmp_path):
     ]
     lo, hi = got[0]["ratio"][1]
     assert lo <= got[0]["ratio"][0] <= hi
+    assert got[0]["confirming"] == got[1]["confirming"]
+    finalist, confirm_ms, confirmation = got[0]["confirming"]
+    if finalist is not None:  # the screening's best, measured again in fresh copies
+        assert finalist in names[1:] and len(confirm_ms) == 3
+        assert all(len(row) == 2 and min(row) > 0 for row in confirm_ms)
     if name == names[0]:
         assert got[0]["ratio"][0] == 1.0
-    else:
-        assert hi < 1.0  # a candidate replaces the reference only beyond the noise
+    else:  # a candidate replaces the reference only beyond the noise of the fresh rounds
+        assert name == finalist and (got[0]["ratio"][0], lo, hi) == confirmation and hi < 1.0
 
     from mlflow import MlflowClient
 

@@ -33,9 +33,13 @@ from dreamshard.integrations.reference_plan import (
     TORCHREC_SHARE,
     Reference,
     heuristic_reference,
+    interleaved,
+    on_layout,
+    plan_key,
     reference_budget,
     torchrec_reference,
     weigh_plan,
+    whole_heuristics,
 )
 from dreamshard.integrations.torchrec_export import (
     INDEXED_DEVICES,
@@ -265,9 +269,11 @@ class DreamShardPlanner(ShardingPlanner):
     def candidate_plans(self, module, sharders=None, k: int = 4) -> list[tuple[str, object]]:
         """At most `k` distinct plans worth measuring on the user's model (`tune`), each
         `(name, ShardingPlan)`: the reference first (TorchRec's own plan, else the best
-        whole-table heuristic by the method's model), then the method's own candidates, its
-        plan first (`BasePlanner.candidates`); the method's alone where neither reference is a
-        legal plan of the task."""
+        whole-table heuristic by the method's model), then, taken in turn, plans on the
+        reference's layout (its replicas and splits kept, the other tables placed again by the
+        method and the heuristics: `on_layout`) and the method's own candidates, its plan first
+        (`BasePlanner.candidates`), followed by the whole-table heuristics, cheapest predicted
+        first; the method's alone where neither reference is a legal plan of the task."""
         sharders = sharders or default_sharders()
         tables = self.tables(module)
         task = self.task(module, sharders, tables)
@@ -278,15 +284,21 @@ class DreamShardPlanner(ShardingPlanner):
             return self._planner.predict(task, p, options) or 0.0
 
         reference = found or heuristic_reference(task, predict, why)
-        plans, seen = [], set()
+
+        def entry(placement):
+            return (placement.candidate or self.method, placement, None)
+
+        own = [*self._planner.candidates(task, options, k), *whole_heuristics(task, predict)]
+        first, layout = [], []
         if reference is not None:
-            plans = [(reference.name, reference.placement, reference.sharding_plan)]
-            seen = {(reference.placement.devices, reference.placement.splits)}
-        for placement in self._planner.candidates(task, options, k):
-            key = (placement.devices, placement.splits)
+            first = [(reference.name, reference.placement, reference.sharding_plan)]
+            layout = on_layout(task, reference, lambda t: self._planner.place(t, options), predict)
+        plans, seen = [], set()
+        for name, placement, made in [*first, *map(entry, interleaved(layout, own))]:
+            key = plan_key(task, placement)
             if len(plans) < k and key not in seen:
                 seen.add(key)
-                plans.append((placement.candidate or self.method, placement, None))
+                plans.append((name, placement, made))
         return [
             (name, made or self.sharding_plan(module, sharders, task, placement, tables))
             for name, placement, made in plans

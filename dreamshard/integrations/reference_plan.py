@@ -12,15 +12,22 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.integrations.plan_reading import placement_from_sharding
 from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_place
 from dreamshard.placement.budget import default_time_budget
-from dreamshard.placement.constraints import sharding_problem
+from dreamshard.placement.constraints import SHARDING_KINDS, Constraints, sharding_problem
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.reference import weigh
-from dreamshard.placement.tasks import Placement, PlacementTask, placement_problem
+from dreamshard.placement.registry import place, registrations
+from dreamshard.placement.tasks import (
+    Placement,
+    PlacementTask,
+    placement_problem,
+    placement_task,
+)
 
 TORCHREC = "torchrec"
 TORCHREC_SHARE = 0.25  # of the time budget, at most, for TorchRec's planner
@@ -121,6 +128,18 @@ def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference | N
     """The whole-table heuristic placement `predict` (placement -> ms) rates cheapest; None
     where none is legal (the task's constraints shard a table, say)."""
     started = time.perf_counter()
+    found = whole_heuristics(task, predict)
+    if not found:
+        return None
+    placement = found[0]
+    key = placement.candidate.removeprefix("heuristic ")
+    note = f"{why}; the best whole-table heuristic by the planner's model: {key}"
+    return Reference(placement.candidate, placement, None, note, time.perf_counter() - started)
+
+
+def whole_heuristics(task: PlacementTask, predict) -> list[Placement]:
+    """The legal whole-table heuristic placements of `task` (each named "heuristic KEY"),
+    cheapest by `predict` (placement -> ms) first."""
     found = []
     for key in HEURISTIC_KEYS:
         try:
@@ -129,13 +148,72 @@ def heuristic_reference(task: PlacementTask, predict, why: str) -> Reference | N
             continue
         if placement_problem(task, placement) or sharding_problem(task.constraints, ()):
             continue
-        found.append((predict(placement), key, placement))
-    if not found:
-        return None
-    ms, key, placement = min(found, key=lambda item: item[0])
-    placement = replace(placement, candidate=f"heuristic {key}")
-    note = f"{why}; the best whole-table heuristic by the planner's model: {key}"
-    return Reference(f"heuristic {key}", placement, None, note, time.perf_counter() - started)
+        found.append((predict(placement), key, replace(placement, candidate=f"heuristic {key}")))
+    return [placement for _, _, placement in sorted(found, key=lambda item: item[:2])]
+
+
+def layout_of(task: PlacementTask, placement: Placement) -> Constraints | None:
+    """`placement`'s layout as constraints: each table it cuts cut the same way (`sharding`),
+    the others whole (`no_split`); None where it cuts one in a way no constraint asks for (a
+    table-row-wise table, a row-wise one not over every device)."""
+    ours = {kind: name for name, kind in SHARDING_KINDS.items()}
+    sharding = []
+    for split in placement.splits:
+        kind = ours.get(split.kind)
+        if kind is None or (kind == "row_wise" and split.parts != task.num_devices):
+            return None
+        sharding.append((split.table, kind, split.parts if kind == "column_wise" else 0))
+    cut = {name for name, _, _ in sharding}
+    whole = tuple(t.name for t in task.tables if t.name not in cut)
+    return Constraints(sharding=tuple(sharding), no_split=whole)
+
+
+def on_layout(task: PlacementTask, reference: Reference, method, predict) -> list[Placement]:
+    """Plans on the reference's layout (`layout_of`: its tables cut as it cuts them, its
+    replicas kept, the others whole) with the tables placed again: by `method` (task ->
+    placement) first, then by each whole-table heuristic, cheapest by `predict`
+    first; each named "... on REFERENCE's layout". Empty where the layout cannot be asked
+    for; a placer the task's own constraints stop gives none."""
+    layout = layout_of(task, reference.placement)
+    if layout is None:
+        return []
+    bound = replace(
+        task, constraints=layout.merged(task.constraints) if task.constraints else layout
+    )
+    found = []
+    heuristics = [partial(heuristic_on, r.name) for r in registrations("heuristic")]
+    for make in [method, *heuristics]:
+        try:
+            placement = make(bound)
+        except (DreamshardError, InfeasibleError):  # the layout conflicts with the task's own
+            continue
+        if placement_problem(bound, placement):
+            continue
+        found.append((make is not method, predict(placement), placement))
+    return [
+        replace(p, candidate=f"{p.candidate or p.method} on {reference.name}'s layout")
+        for _, _, p in sorted(found, key=lambda item: item[:2])
+    ]
+
+
+def plan_key(task: PlacementTask, placement: Placement) -> tuple:
+    """What makes two placements of `task` the same plan: each shard's device, whatever the
+    order the splits are listed in."""
+    shards = placement_task(task, placement).tables
+    return tuple(sorted((shard.name, device) for shard, device in zip(shards, placement.devices)))
+
+
+def interleaved(first: list, second: list) -> list:
+    """The two lists taken in turn, the first's first; the longer's rest at the end."""
+    out = []
+    for i in range(max(len(first), len(second))):
+        out += first[i : i + 1] + second[i : i + 1]
+    return out
+
+
+def heuristic_on(method: str, task: PlacementTask) -> Placement:
+    """Heuristic `method`'s placement of `task` with the splits its constraints ask for."""
+    return replace(place(task, method, split="auto"), candidate=f"heuristic {method}")
 
 
 def task_reference(task: PlacementTask, predict, budget_s: float, **torchrec) -> Reference | None:

@@ -1,29 +1,34 @@
 """`tune`: a planner's few best plans measured on the user's own model, batches and training step
 under DistributedModelParallel, on every rank of the process group; the reference plan (TorchRec's,
-else the best whole-table heuristic) stays unless another is cheaper beyond the noise.
+else the best whole-table heuristic) stays unless the best of the others is cheaper beyond the
+noise in rounds of its own.
 
     result = planner.tune(model, sharders, pg, batches, step_fn)
     model = DistributedModelParallel(model, device=device, plan=result.plan, sharders=sharders)
 
-Each candidate is built once as `DistributedModelParallel(copy.deepcopy(model), ...)`; the user's
-model and weights are never touched. A round takes the candidates in a fresh order, the same on
-every rank (a seeded RNG): each candidate's `warmup` untimed calls of `step_fn(sharded_copy,
-batch)`, then one timed call of each candidate in turn, `steps` times (a slow moment of the host
-falls on every candidate alike), cycling through `batches`, each step started from a barrier. A
-candidate's cost in a round is the slowest rank's median step; the choice is `refine.choose` on the
-[rounds, candidates] costs, column 0 the reference. `step_fn` is the user's whole training step
-(forward, backward, optimizer) and gets the sharded copy: it must not close over the user's model.
+Screening: each candidate is built as `DistributedModelParallel(copy.deepcopy(model), ...)`;
+the user's model and weights are never touched. A round takes the candidates in a fresh order,
+the same on every rank (a seeded RNG): each candidate's `warmup` untimed calls of
+`step_fn(sharded_copy, batch)`, then one timed call of each candidate in turn, `steps` times (a
+slow moment of the host falls on every candidate alike), cycling through `batches`, each step
+started from a barrier. A candidate's cost in a round is the slowest rank's median step. The
+screening has half of `seconds`. Confirming: the cheapest of several noisy ratios is biased low
+(a winner's curse), so the screening's cheapest (the finalist, where it measured cheaper than
+the reference) and the reference are built again, in fresh copies, and measured in new rounds
+for the rest of `seconds` (at least 3); the choice is `refine.choose` on those [rounds, 2]
+costs alone, column 0 the reference. `step_fn` is the user's whole training step (forward,
+backward, optimizer) and gets the sharded copy: it must not close over the user's model.
 
-Cost: k candidates x rounds x (warmup + steps) training steps, plus the candidate plans on
-rank 0 and one copy and DMP build per candidate; every candidate's sharded copy lives until the
-tune ends, so the devices hold k copies of the tables. Measured here (`tests/test_tune.py`'s
-tune: 2 gloo ranks on a 2-core CPU shared with another 2-rank job, 6 tables of at most 2,000
-rows, 4 candidates of which 2 fail, 3 rounds of 1 + 3 steps): 1.3 to 2.0 s from the call to the
-result, of which 0.7 to 0.9 s the candidate plans (TorchRec's planner and the method's), 0.3 s
-the steps and 0.1 s the builds; tracking to a fresh sqlite store added about 4 s. On GPUs
-(not measured) it scales with the user's step time: the defaults run 4 x (3 + 10) steps a
-round, at least 3 rounds and at most 10, none started that would end past 60 s, so a 100 ms
-step tunes in about 52 s of steps and a 1 s step in 156 s (the 3 rounds), builds on top.
+Cost: k candidates x screening rounds x (warmup + steps) training steps, then 2 x confirming
+rounds x (warmup + steps), plus the candidate plans on rank 0 and a copy and DMP build per
+candidate and two more; the screening's sharded copies live until it ends, so the devices hold
+k copies of the tables. Measured here (`tests/test_tune.py`'s tune: 2 gloo ranks on a 2-core CPU
+shared with another 2-rank job, 6 tables of at most 2,000 rows, 4 candidates of which 2 fail, 3
+rounds of 1 + 3 steps a stage): 4.7 to 7.3 s from the call to the result, tracking to a fresh
+sqlite store included. On GPUs (not measured) it scales with the user's step time: the defaults
+screen 4 x (3 + 10) steps a round for 30 s and confirm 2 x (3 + 10) a round for the rest, so a
+100 ms step tunes in about 60 s of steps and a 1 s step in about 234 s (3 rounds a stage),
+builds on top.
 
 Failures: a candidate that raises on any rank while built or in a round is dropped on every rank
 (all ranks exchange their errors after each build and round) with one line on rank 0; the
@@ -54,6 +59,9 @@ from dreamshard.progress import Progress
 from dreamshard.report import format_table
 
 TUNE_SECONDS = 60.0  # no round starts that would end past this (after the builds)
+# of the seconds, for screening every candidate; the rest confirms the best against the
+# reference in fresh copies and rounds (the screening's best is biased low: a winner's curse)
+SCREEN_SHARE = 0.5
 CANDIDATES = 4  # the reference and the planner's best three
 WARMUP, STEPS = 3, 10  # untimed, then timed steps of a candidate in a round
 MIN_ROUNDS, ROUNDS = 3, 10  # fewer than 3 could not tell a real difference from a lucky round
@@ -74,6 +82,9 @@ class Tune:
     skipped: tuple[tuple[str, str], ...]  # (candidate, the error's first line)
     reason: str
     seconds: float
+    finalist: str | None = None  # the screening's best, measured again beside the reference
+    confirm_ms: tuple[tuple[float, ...], ...] = ()  # [round][reference, finalist]
+    confirmation: tuple[float, float, float] | None = None  # the finalist's ratio, its interval
 
     @property
     def rounds(self) -> int:
@@ -99,6 +110,13 @@ class Tune:
             format_table(header, rows),
         ]
         lines += [f"skipped {name}: {error}" for name, error in self.skipped]
+        if self.confirmation:
+            ratio, low, high = self.confirmation
+            lines.append(
+                f"confirming: {self.finalist} measured again beside the reference in "
+                f"{len(self.confirm_ms)} rounds of fresh copies: {ratio:.3f}x, 95% "
+                f"interval {low:.3f}-{high:.3f}"
+            )
         return "\n".join([*lines, f"tuned: {self.reason}"])
 
 
@@ -130,22 +148,52 @@ def tune(
     plans = shared_candidates(planner, model, sharders, pg, candidates, tracking)
     names = [name for name, _ in plans]
     turn = (batches, step_fn, warmup, steps, device)
-    costs, kept, skipped = measure(model, sharders, pg, plans, turn, rounds, seconds, seed)
-    choice = choose(costs, [names[j] for j in kept], seed)
-    w = choice.winner
+    screen_s = seconds * SCREEN_SHARE if len(plans) > 1 else seconds
+    costs, kept, skipped, spent = measure(
+        model, sharders, pg, plans, turn, rounds, screen_s, seed, "screening"
+    )
+    screened = choose(costs, [names[j] for j in kept], seed)
+    finalist = min(range(1, len(kept)), key=screened.ratios.__getitem__, default=None)
+    winner, ratio, interval, confirm_ms, confirmation = 0, 1.0, (1.0, 1.0), (), None
+    if finalist is None:
+        reason = f"kept the reference ({names[0]}): no other candidate was measured"
+    elif screened.ratios[finalist] >= 1.0:  # nothing to confirm
+        reason, finalist = screened.reason.replace("the planner's pick", "the reference"), None
+    else:  # the reference and the screening's best, built afresh
+        pair = [plans[0], plans[kept[finalist]]]
+        found, both, lost, _ = measure(
+            model, sharders, pg, pair, turn, rounds, max(seconds - spent, 0.0), seed + 1,
+            "confirming",
+        )  # fmt: skip
+        skipped, confirm_ms = skipped + lost, tuple(tuple(row) for row in found.tolist())
+        said = (
+            f"{names[kept[finalist]]} measured cheapest of {len(kept)} in {len(costs)} "
+            f"screening rounds ({screened.ratios[finalist]:.3f}x the reference); in "
+            f"{len(found)} rounds of fresh copies of it and the reference: "
+        )
+        if len(both) < 2:
+            reason = said + "it failed; kept the reference"
+        else:
+            confirmed = choose(found, [name for name, _ in pair], seed)
+            reason = said + confirmed.reason.replace("the planner's pick", "the reference")
+            confirmation = (confirmed.ratios[1], *confirmed.intervals[1])
+            if confirmed.winner == 1:
+                winner, ratio, interval = finalist, confirmed.ratios[1], confirmed.intervals[1]
     result = Tune(
-        plan=plans[kept[w]][1],
-        name=names[kept[w]],
-        ratio=choice.ratios[w],
-        interval=choice.intervals[w],
+        plan=plans[kept[winner]][1],
+        name=names[kept[winner]],
+        ratio=ratio,
+        interval=interval,
         names=tuple(names[j] for j in kept),
         costs_ms=tuple(tuple(row) for row in costs.tolist()),
-        ratios=tuple(choice.ratios),
-        intervals=tuple(choice.intervals),
+        ratios=tuple(screened.ratios),
+        intervals=tuple(screened.intervals),
         skipped=tuple(skipped),
-        # `choose` calls column 0 the planner's pick; here it is the reference
-        reason=choice.reason.replace("the planner's pick", "the reference"),
+        reason=reason,
         seconds=time.monotonic() - began,
+        finalist=names[kept[finalist]] if finalist is not None else None,
+        confirm_ms=confirm_ms,
+        confirmation=confirmation,
     )
     if tracking and pg.rank() == 0:
         log_run(result, tracking, {"warmup": warmup, "steps": steps, "seed": seed})
@@ -202,11 +250,12 @@ def shared_candidates(planner, model, sharders, pg, k: int, tracking) -> list[tu
     return on_rank_zero(pg, make)
 
 
-def measure(model, sharders, pg, plans, turn, rounds: int, seconds: float, seed: int):
-    """([rounds, kept] ms, the kept candidates' indices, [(name, error)] of those skipped)."""
+def measure(model, sharders, pg, plans, turn, rounds, seconds: float, seed: int, stage: str):
+    """([rounds, kept] ms, the kept candidates' indices, [(name, error)] of those skipped, the
+    seconds the rounds took by rank 0's clock, the same on every rank)."""
     names = [name for name, _ in plans]
     built, skipped = {}, []
-    progress = Progress(MIN_ROUNDS * len(plans), "tuning") if pg.rank() == 0 else None
+    progress = Progress(MIN_ROUNDS * len(plans), f"tune: {stage}") if pg.rank() == 0 else None
 
     def agreed(j: int, mine, when: str):
         """Every rank's (ms, error, rank's clock) of this build or turn; a failure anywhere
@@ -253,7 +302,7 @@ def measure(model, sharders, pg, plans, turn, rounds: int, seconds: float, seed:
     kept = sorted(built)
     built.clear()  # the sharded copies go now, not after the caller's process group
     gc.collect()
-    return np.array([[row[j] for j in kept] for row in rows]), kept, skipped
+    return np.array([[row[j] for j in kept] for row in rows]), kept, skipped, clock
 
 
 def build(model, plan, sharders, pg, device: torch.device):
@@ -348,6 +397,8 @@ def log_run(result: Tune, tracking, settings: dict) -> None:
             "skipped": ", ".join(name for name, _ in result.skipped)[:490] or "-",
             "winner": result.name,
             "rounds": result.rounds,
+            "finalist": result.finalist or "-",
+            "confirm_rounds": len(result.confirm_ms),
         }
         metrics = {"seconds": result.seconds, "winner_ratio": result.ratio}
         for j, name in enumerate(result.names):
