@@ -61,7 +61,7 @@ class TorchRecStep(Study):
         if self.tuned_arm:
             parser.add_argument("--candidates", type=positive(int), default=6, help="tune: plans")
             parser.add_argument(
-                "--tune-seconds", type=positive(float), default=45.0, help="tune: its budget"
+                "--tune-seconds", type=positive(float), default=42.0, help="tune: its budget"
             )
 
     def prepare(self, args: argparse.Namespace) -> None:
