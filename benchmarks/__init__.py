@@ -33,6 +33,7 @@ STUDIES = {
     "planners": "benchmarks.planners:STUDY",
     "units": "benchmarks.units:STUDY",
     "envelope": "benchmarks.envelope:STUDY",
+    "envelope_a100": "benchmarks.envelope:A100",  # `envelope` for the a100-80gb file
     "published": "benchmarks.published:STUDY",
     "torchrec_fair": "benchmarks.fair:STUDY",
     "reference_calibration": "benchmarks.reference_calibration:STUDY",

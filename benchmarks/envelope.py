@@ -69,9 +69,11 @@ def judged_corners(rows: list[dict], judge: str) -> list[str]:
 
 
 class EnvelopeStudy(Study):
+    hardware_file = "h100-sxm"  # the --hardware default (envelope_a100's: a100-80gb)
+
     def options(self, parser: argparse.ArgumentParser) -> None:
         model_option(parser)
-        parser.add_argument("--hardware", default="h100-sxm", help="the hardware file")
+        parser.add_argument("--hardware", default=self.hardware_file, help="the hardware file")
         parser.add_argument("--sets", default="dlrm-856", help="table sets")
         parser.add_argument("--devices", default="64,128", help="device counts")
         parser.add_argument("--memory", default="loose,binding", help="memory settings")
@@ -212,3 +214,12 @@ STUDY = EnvelopeStudy(
         Target(PLAN_TIME, at_most=1.0),
     ),
 )
+
+
+class A100Envelope(EnvelopeStudy):
+    """The same study for the `a100-80gb` file, its rows and report `envelope_a100`'s."""
+
+    hardware_file = "a100-80gb"
+
+
+A100 = A100Envelope("envelope_a100", STUDY.title + " (a100-80gb)", STUDY.targets)
