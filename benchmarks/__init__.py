@@ -10,9 +10,11 @@ planner buys; `--backend fbgemm` on real kernels, its rows and report `ablation_
 its own), `torchrec` (plans in real TorchRec training steps against TorchRec's planner) and
 `units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
 estimator, at the file's centre and corners) and `envelope` (the default planner planning for
-a GPU file against the plain heuristics at the file's centre and every corner) and `published`
+a GPU file against the plain heuristics at the file's centre and every corner; `envelope_a100`
+the same for the a100-80gb file) and `published`
 (the GPU units beside the published step times of NVIDIA-Merlin's synthetic models), and
-`torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes), and
+`torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes;
+`torchrec_small` on 16 and 32 GPUs with TorchRec given 20 s), and
 `reference_calibration` (the planner's predicted gains over TorchRec's plan against real DMP
 steps: the reference rule's calibration) and `torchrec_step` (`DreamShardPlanner` as shipped
 against TorchRec's planner in real training steps, held-out tasks; `torchrec_tune` adds
@@ -36,6 +38,7 @@ STUDIES = {
     "envelope_a100": "benchmarks.envelope:A100",  # `envelope` for the a100-80gb file
     "published": "benchmarks.published:STUDY",
     "torchrec_fair": "benchmarks.fair:STUDY",
+    "torchrec_small": "benchmarks.fair:SMALL",  # `torchrec_fair` on 16/32 GPUs, TorchRec 20 s
     "reference_calibration": "benchmarks.reference_calibration:STUDY",
     "torchrec_step": "benchmarks.torchrec_step:STUDY",
     "torchrec_tune": "benchmarks.torchrec_step:TUNED",  # `torchrec_step` with the tune's arm

@@ -42,12 +42,19 @@ def versus(arm: str, judge: str) -> str:
 
 
 class FairStudy(Study):
+    devices, torchrec_seconds = "64,128", 120.0  # the defaults (torchrec_small's: 16,32; 20 s)
+
     def options(self, parser: argparse.ArgumentParser) -> None:
         model_option(parser)
         parser.add_argument("--hardware", default="h100-sxm", help="the hardware file")
-        parser.add_argument("--devices", default="64,128", help="device counts")
+        parser.add_argument("--devices", default=self.devices, help="device counts")
         parser.add_argument("--seeds", default="100-107", help="seeds, as 100-107 or 1,3")
-        parser.add_argument("--torchrec-seconds", type=float, default=120.0)
+        parser.add_argument(
+            "--torchrec-seconds",
+            type=float,
+            default=self.torchrec_seconds,
+            help="TorchRec's planner's timeout_seconds",
+        )
 
     def prepare(self, args: argparse.Namespace) -> None:
         self.model, provenance = studied_model(args.model)
@@ -129,4 +136,18 @@ STUDY = FairStudy(
         for arm in (WHOLE, RESERVED)
         for judge, limit in ((SIM, 0.90), (EST, 1.00))
     ),
+)
+
+
+class SmallFair(FairStudy):
+    """The same study on 16 and 32 GPUs with TorchRec's planner given 20 s (issue 50's small
+    cells), its rows and report `torchrec_small`'s."""
+
+    devices, torchrec_seconds = "16,32", 20.0
+
+
+SMALL = SmallFair(
+    "torchrec_small",
+    "dreamshard against TorchRec's planner given 20 s on 16 and 32 GPUs, planning for a GPU file",
+    tuple(Target(versus(arm, SIM), at_most=0.85) for arm in (WHOLE, RESERVED)),
 )
