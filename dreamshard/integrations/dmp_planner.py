@@ -53,7 +53,7 @@ from dreamshard.integrations.torchrec_tables import (
     model_tables,
 )
 from dreamshard.placement.budget import default_time_budget
-from dreamshard.placement.constraints import SHARDING_KINDS, Constraints
+from dreamshard.placement.constraints import SHARDING_KINDS, Constraints, joined
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.reference import (
     CALIBRATION_FILE,
@@ -409,13 +409,6 @@ def offered_constraints(module, sharders: list, tables: list[ModelTable], device
         if len(types) < len(OUR_TYPES):
             offered.append((t.table.name, types))
     return Constraints(offered=tuple(offered)) if offered else None
-
-
-def joined(first: Constraints | None, second: Constraints | None) -> Constraints | None:
-    """Both sets of constraints, or the one given."""
-    if first is None or second is None:
-        return first or second
-    return first.merged(second)
 
 
 def offered_entry(entry: dict, sharder, device: str) -> dict:

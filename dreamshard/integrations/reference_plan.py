@@ -18,7 +18,13 @@ from dreamshard.errors import DreamshardError, InfeasibleError
 from dreamshard.integrations.plan_reading import placement_from_sharding
 from dreamshard.integrations.torchrec_planner import quiet_torchrec, torchrec_place
 from dreamshard.placement.budget import default_time_budget
-from dreamshard.placement.constraints import SHARDING_KINDS, Constraints, sharding_problem
+from dreamshard.placement.constraints import (
+    OUR_TYPES,
+    SHARDING_KINDS,
+    Constraints,
+    joined,
+    sharding_problem,
+)
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.reference import weigh
 from dreamshard.placement.registry import place, registrations
@@ -156,11 +162,10 @@ def layout_of(task: PlacementTask, placement: Placement) -> Constraints | None:
     """`placement`'s layout as constraints: each table it cuts cut the same way (`sharding`),
     the others whole (`no_split`); None where it cuts one in a way no constraint asks for (a
     table-row-wise table, a row-wise one not over every device)."""
-    ours = {kind: name for name, kind in SHARDING_KINDS.items()}
     sharding = []
     for split in placement.splits:
-        kind = ours.get(split.kind)
-        if kind is None or (kind == "row_wise" and split.parts != task.num_devices):
+        kind = OUR_TYPES[split.kind]
+        if kind not in SHARDING_KINDS or (kind == "row_wise" and split.parts != task.num_devices):
             return None
         sharding.append((split.table, kind, split.parts if kind == "column_wise" else 0))
     cut = {name for name, _, _ in sharding}
@@ -177,9 +182,7 @@ def on_layout(task: PlacementTask, reference: Reference, method, predict) -> lis
     layout = layout_of(task, reference.placement)
     if layout is None:
         return []
-    bound = replace(
-        task, constraints=layout.merged(task.constraints) if task.constraints else layout
-    )
+    bound = replace(task, constraints=joined(layout, task.constraints))
     found = []
     heuristics = [partial(heuristic_on, r.name) for r in registrations("heuristic")]
     for make in [method, *heuristics]:

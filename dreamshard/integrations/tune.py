@@ -158,7 +158,7 @@ def tune(
     if finalist is None:
         reason = f"kept the reference ({names[0]}): no other candidate was measured"
     elif screened.ratios[finalist] >= 1.0:  # nothing to confirm
-        reason, finalist = screened.reason.replace("the planner's pick", "the reference"), None
+        reason, finalist = said_of(screened), None
     else:  # the reference and the screening's best, built afresh
         pair = [plans[0], plans[kept[finalist]]]
         found, both, lost, _ = measure(
@@ -175,7 +175,7 @@ def tune(
             reason = said + "it failed; kept the reference"
         else:
             confirmed = choose(found, [name for name, _ in pair], seed)
-            reason = said + confirmed.reason.replace("the planner's pick", "the reference")
+            reason = said + said_of(confirmed)
             confirmation = (confirmed.ratios[1], *confirmed.intervals[1])
             if confirmed.winner == 1:
                 winner, ratio, interval = finalist, confirmed.ratios[1], confirmed.intervals[1]
@@ -198,6 +198,11 @@ def tune(
     if tracking and pg.rank() == 0:
         log_run(result, tracking, {"warmup": warmup, "steps": steps, "seed": seed})
     return result
+
+
+def said_of(choice) -> str:
+    """`refine.choose`'s reason, which calls column 0 the planner's pick: here the reference."""
+    return choice.reason.replace("the planner's pick", "the reference")
 
 
 def check_inputs(planner, model, pg, batches, candidates, warmup, steps, rounds) -> list:

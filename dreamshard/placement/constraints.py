@@ -105,6 +105,13 @@ class Constraints:
         }
 
 
+def joined(first: Constraints | None, second: Constraints | None) -> Constraints | None:
+    """Both sets of constraints, or the one given."""
+    if first is None or second is None:
+        return first or second
+    return first.merged(second)
+
+
 class ConstraintsFile(BaseModel):
     """A constraints file (JSON): `{"pin": {"t3": 0}, "together": [["t1", "t2"]], "apart":
     [["t4", "t5"]], "no_split": ["t6"], "sharding": {"t7": "row_wise"}}`, every key
