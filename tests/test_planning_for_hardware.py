@@ -7,10 +7,18 @@ import numpy as np
 
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
+from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
+from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
 from dreamshard.placement.tasks import GIB, PlacementTask
-from dreamshard.planners.for_hardware import envelope_choice, overall_each, plain_heuristics
+from dreamshard.planners.for_hardware import (
+    balanced_place,
+    envelope_choice,
+    overall_each,
+    plain_heuristics,
+)
+from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.synthetic import generate_tables
 
 
@@ -55,3 +63,37 @@ def test_the_gpu_plan_is_never_worse_over_the_envelope_than_the_plain_heuristics
 
 def h100_cost(task, placement) -> float:
     return SimulatedBackend(hardware="h100-sxm").measure(task, placement).overall
+
+
+def test_the_dive_on_two_loads_balances_both():
+    # two tables heavy in one load only, two in the other: one of each on each device
+    task = PlacementTask(tuple(generate_tables("dlrm", 4, 0)), 2, 16 * GIB)
+    loads = np.array([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.0, 2.0]])
+    devices = least_load_dive(task, [0, 1, 2, 3], loads)
+    per_device = np.zeros((2, 2))
+    np.add.at(per_device, devices, loads)
+    assert per_device.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    # one load: the plain least-loaded dive, unchanged
+    assert least_load_dive(task, [0, 1, 2, 3], loads[:, 0]) == [0, 1, 1, 0]
+
+
+def test_the_balanced_placement_spreads_kernel_time_and_width_better_than_any_heuristic():
+    centre = SimulatedBackend(hardware="h100-sxm")
+
+    def spread(task, placement) -> float:
+        """The larger of the busiest device's kernel time (the roofline judge's forward and
+        backward) and its pooled width, each over the mean a device."""
+        kernel = np.array(
+            [d.fwd_comp + d.bwd_comp for d in centre.measure(task, placement).devices]
+        )
+        width = np.zeros(task.num_devices)
+        for table, device in zip(task.tables, placement.devices):
+            width[device] += pooled_width(table)
+        return max(kernel.max() / kernel.mean(), width.max() / width.mean())
+
+    for family in ("dlrm", "wide"):
+        task = PlacementTask(tuple(generate_tables(family, 120, 0)), 16, 16 * GIB)
+        balanced = balanced_place(task, centre)
+        assert balanced is not None and balanced.candidate == "kernel time and width balanced"
+        theirs = {key: spread(task, greedy_place(task, key)) for key in HEURISTIC_KEYS}
+        assert spread(task, balanced) < min(theirs.values()), (family, theirs)

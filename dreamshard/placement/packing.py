@@ -138,19 +138,22 @@ def least_load_dive(
     (ties by index): each table, in `order`, to the least-loaded device with room. None where
     a table finds no room and the search would have to backtrack. A few array operations per
     table instead of the search's sorted candidate lists: the same answer, several times sooner.
+    `keys` [T, K] (several loads, each in its own units): each table to the device with room
+    whose largest load would be least with it (`planners.for_hardware.balanced_place`).
     """
     if bind(task) is not None:  # constraints: the search, which follows them
         return None
     sizes = task.table_bytes()
     cap = task.memory_cap_bytes
     used = np.zeros(task.num_devices, dtype=np.int64)
-    load = np.zeros(task.num_devices)
+    load = np.zeros((task.num_devices, *np.shape(keys)[1:]))
     devices = [-1] * len(sizes)
     for table in order:
         room = used + sizes[table] <= cap
         if not room.any():
             return None
-        device = int(np.where(room, load, np.inf).argmin())
+        score = load if load.ndim == 1 else (load + keys[table]).max(axis=1)
+        device = int(np.where(room, score, np.inf).argmin())
         used[device] += sizes[table]
         load[device] += keys[table]
         devices[table] = device

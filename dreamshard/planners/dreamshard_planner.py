@@ -46,6 +46,7 @@ from dreamshard.placement.tasks import (
 )
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.for_hardware import (
+    balanced_place,
     envelope_choice,
     envelope_splits,
     envelope_views,
@@ -411,16 +412,19 @@ class DreamShardMethod(BasePlanner):
 
 
 def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placement:
-    """For a GPU file: the heuristics' placements of the shards, the one with the lowest worst
-    ratio over the envelope's views searched until the deadline (`for_hardware.roofline_best`).
+    """For a GPU file: the heuristics' placements of the shards and the balanced one
+    (`for_hardware.balanced_place`), the one with the lowest worst ratio over the envelope's
+    views searched until the deadline (`for_hardware.roofline_best`).
     The policy's episodes are not weighed: trained on this CPU's costs, none was the roofline's
     pick in any of the envelope study's 48 answers at commit 7897dd2, and their rollout took a
     tenth of the second the search needs at 856 tables on 128 devices."""
     candidates, failure = heuristic_candidates(task)
-    candidates = [c for c in candidates if is_legal(task, c)]
+    views = envelope_views(options)
+    candidates.append(balanced_place(task, views[0]))
+    candidates = [c for c in candidates if c is not None and is_legal(task, c)]
     if not candidates:
         raise failure or InfeasibleError("no legal placement of the shards")
-    return roofline_best(task, candidates, envelope_views(options), options.until())
+    return roofline_best(task, candidates, views, options.until())
 
 
 def on_topology(model: DreamShardModel, topology: str | None) -> DreamShardModel:

@@ -9,10 +9,12 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
 - the splits: among the same `candidate_splits`, the one whose heuristic placements have the
   lowest worst ratio to the best plain plan over the centre and the envelope's two far ends
   (`envelope_splits`, `far_corners`), in the split choice's share of the budget;
-- the placement of the shards: the heuristics' placements, the one with the lowest worst ratio
-  over the centre and the far ends searched on their weighted sum, the weights moved towards
-  the view it does worst under (`roofline_best`), until the deadline. The learned policy is not
-  weighed (it learned the CPU; `dreamshard_planner.roofline_shards_place` says why);
+- the placement of the shards: the heuristics' placements and the balanced one
+  (`balanced_place`: kernel time and output width balanced at once), the one with the lowest
+  worst ratio over the centre and the far ends searched on their weighted sum, the weights
+  moved towards the view it does worst under (`roofline_best`), until the deadline. The learned
+  policy is not weighed (it learned the CPU; `dreamshard_planner.roofline_shards_place` says
+  why);
 - the envelope guard (`envelope_choice`): the plan is weighed against the plain heuristics'
   plans (`PlainHeuristic`: whole tables where memory allows, what a user gets without a
   planner) at the file's centre and at every corner of its envelope (`Hardware.corners`),
@@ -38,11 +40,12 @@ from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.errors import InfeasibleError
 from dreamshard.placement.budget import Deadline
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
+from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.splitting import candidate_splits, choose_splits, memory_splits
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.baselines import HeuristicPlanner
-from dreamshard.planners.device_search import blended_model, device_search
+from dreamshard.planners.device_search import analytic_model, blended_model, device_search
 from dreamshard.tables.shards import Split
 
 # The planner's search for the placement whose worst ratio over its views is lowest: this many
@@ -172,6 +175,42 @@ def roofline_best(
         return best
     start = candidates[int(worst.argmin())].candidate
     return Placement(best.devices, "dreamshard", f"{start} + {steps} roofline search steps")
+
+
+BALANCED = "kernel time and width balanced"  # the balanced placement's candidate name
+
+
+def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement | None:
+    """The tables placed to balance two loads at once: each table's kernel time alone by
+    `backend`'s roofline (forward and backward, its per-call floor left out: a device pays one
+    for all its tables) and its pooled output width (what the all-to-all sends), each over its
+    mean a device. Largest first (by the larger of the two), each table to the device with room
+    whose larger load would be least with it (`packing.least_load_dive`); None where memory or
+    a constraint stops that path.
+
+    Why: the heuristics balance one key each, and which key wins moves across a file's
+    envelope: `dim` (the widths) was the best plain plan at the exchange-heavy corner of
+    `h100-sxm` on all 32 envelope tasks at commit 7c84972 and the best at the centre on 10,
+    and the centre's best plain plan cost up to 1.84x the corner's there. Balancing both keeps
+    a plan near the best at both ends: of 16 loose tasks (856 dlrm tables on 64/128 GPUs),
+    whole tables so placed rated 0.884 of the best plain plan at the centre (geometric mean)
+    and at most 1.002 at any corner (exploratory, 2026-12-07; the envelope study has the
+    figures of the planner that uses it)."""
+    model = analytic_model(task, backend)
+    fwd, bwd, _ = model.terms(model.vectors)
+    call = np.zeros((1, model.vectors.shape[1]))
+    call[0, 0] = 1.0  # a call with nothing in it: the per-call floor alone
+    floor_fwd, floor_bwd, _ = model.terms(call)
+    loads = np.stack([np.maximum(fwd + bwd - floor_fwd[0] - floor_bwd[0], 0.0), model.dims], 1)
+    totals = loads.sum(axis=0)
+    loads = loads[:, totals > 0] / (totals[totals > 0] / task.num_devices)
+    if not loads.size:
+        return None
+    order = sorted(range(len(loads)), key=lambda i: (-loads[i].max(), i))
+    devices = least_load_dive(task, order, loads)
+    if devices is None:
+        return None
+    return Placement(tuple(devices), "dreamshard", BALANCED)
 
 
 @dataclass(frozen=True)
