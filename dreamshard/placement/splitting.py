@@ -360,6 +360,7 @@ def choose_splits(
     keys=tuple(HEURISTIC_KEYS),
     deadline: Deadline | None = None,
     exact: bool = False,
+    also: Callable[[tuple[Split, ...]], list[Placement]] | None = None,
 ) -> tuple[tuple[Split, ...], float]:
     """The candidate whose shards the heuristics `keys` place cheapest as `rating` rates their
     placements (`heuristic_placements`; a candidate none of them places rates infinite), the
@@ -374,20 +375,25 @@ def choose_splits(
     tables on 128 devices under binding memory, so the default budget (then half a second)
     rated the memory splits alone and split nothing else. With the cost network's rating and
     the default budget, 856 dlrm tables on 128 devices see 16 (binding memory) and 17 (loose)
-    of their 22 candidates (2026-12-05, this 2-core host)."""
+    of their 22 candidates (2026-12-05, this 2-core host). `also`: more placements of a
+    candidate's shards (a planner's own), rated with the heuristics' in both passes."""
     deadline = deadline or Deadline()
     order, rated = list(keys), []  # (cost, position, splits, placed by every key)
+    extra: list[list[Placement]] = []  # `also`'s placements of each rated candidate
     for splits in candidates:
         if rated and deadline.passed():
             break
         shards = shard_task(task, splits)
+        extra.append(also(splits) if also else [])
         if not rated:  # the first: every key, each placement rated alone
             found = heuristic_placements(task, splits, order, named=True, exact=exact)
             costs = {key: rating(shards, [p]) for key, p in found}
             order.sort(key=lambda k: costs.get(k, float("inf")))
-            rated.append((min(costs.values(), default=float("inf")), 0, splits, True))
+            own = rating(shards, extra[0]) if extra[0] else float("inf")
+            rated.append((min([own, *costs.values()]), 0, splits, True))
             continue
         found = heuristic_placements(task, splits, order, first_only=True, exact=exact)
+        found += extra[-1]
         cost = rating(shards, found) if found else float("inf")
         rated.append((cost, len(rated), splits, len(order) == 1))
     for _, position, splits, complete in sorted(rated, key=lambda r: r[:2]):
@@ -395,7 +401,7 @@ def choose_splits(
             continue
         if deadline.passed():
             break
-        found = heuristic_placements(task, splits, order, exact=exact)
+        found = heuristic_placements(task, splits, order, exact=exact) + extra[position]
         if found:
             rated[position] = (rating(shard_task(task, splits), found), position, splits, True)
     cost, _, best, _ = min(rated, key=lambda r: r[:2])

@@ -6,9 +6,10 @@ per-call floor, HBM and L2 bandwidths, NVLink inside a host and a NIC between ho
 was here to measure them, so for a GPU file (`costs.hardware`) the planner rates every choice
 with the file's roofline on its links (`costs.roofline`, the `simulated` backend's model):
 
-- the splits: among the same `candidate_splits`, the one whose heuristic placements have the
-  lowest worst ratio to the best plain plan over the centre and the envelope's two far ends
-  (`envelope_splits`, `far_corners`), in the split choice's share of the budget;
+- the splits: among the same `candidate_splits`, the one whose heuristic placements and
+  balanced placement (`balanced_split_place`) have the lowest worst ratio to the best plain
+  plan over the centre and the envelope's two far ends (`envelope_splits`, `far_corners`), in
+  the split choice's share of the budget;
 - the placement of the shards: the heuristics' placements and the balanced one
   (`balanced_place`: kernel time and output width balanced at once), the one with the lowest
   worst ratio over the centre and the far ends searched on their weighted sum, the weights
@@ -20,7 +21,8 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
   planner) at the file's centre and at every corner of its envelope (`Hardware.corners`),
   each plan by its worst ratio to that point's best plain plan. The answer is the plan with the
   lowest worst ratio, the planned one only if the centre also rates it `HEURISTIC_MARGIN`
-  cheaper than the best plain plan; a plain plan keeps its heuristic's name. The default is
+  cheaper than the best plain plan, or its worst ratio is that much lower than every plain
+  plan's; a plain plan keeps its heuristic's name. The default is
   thus never worse over the envelope, by its worst ratio, than the plain heuristic least
   worse there; it can still be dearer at some corner than that corner's best heuristic (the
   heuristics' ranks change across the envelope, and so may the planned plan's).
@@ -42,7 +44,12 @@ from dreamshard.placement.budget import Deadline
 from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
-from dreamshard.placement.splitting import candidate_splits, choose_splits, memory_splits
+from dreamshard.placement.splitting import (
+    candidate_splits,
+    choose_splits,
+    memory_splits,
+    split_place,
+)
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.baselines import HeuristicPlanner
 from dreamshard.planners.device_search import analytic_model, blended_model, device_search
@@ -105,8 +112,13 @@ def far_corners(hardware: Hardware) -> list[dict[str, float]]:
 
 def point_backend(hardware: Hardware, topology: str | None) -> SimulatedBackend:
     """The roofline at one point of the file (centre or corner): on the file's links, which a
-    corner moves, unless `topology` names other links."""
-    own = topology in (None, hardware.topology_name())
+    corner moves, unless `topology` names other links. The file's own links by name (what
+    `place --hardware` plans on: `cli.args.plan_topology`) are the file's: a corner still
+    moves them. (Until 2026-12-07 only the point's own name counted, so a plan made on the
+    file's named links was weighed at every corner with the centre's bandwidth between hosts:
+    the guard and the far corners never saw the slow network the envelope holds.)"""
+    centre = replace(hardware, corner={})
+    own = topology in (None, hardware.topology_name(), centre.topology_name())
     return SimulatedBackend(topology=None if own else topology, hardware=hardware)
 
 
@@ -116,8 +128,9 @@ def envelope_splits(
     plain: dict[str, Placement],
     deadline: Deadline | None = None,
 ) -> tuple[Split, ...]:
-    """Among `candidate_splits`, the one whose heuristic placements have the lowest worst
-    ratio to the best `plain` plan over the centre and the two far corners (`far_corners`):
+    """Among `candidate_splits`, the one whose heuristic placements or balanced placement
+    (`balanced_split_place`) have the lowest worst ratio to the best `plain` plan over the
+    centre and the two far corners (`far_corners`):
     a split the centre likes but the exchange-heavy end does not loses to one both accept.
     Without plain plans, the centre's choice (`analytic_splits`)."""
     views = envelope_views(options)
@@ -129,9 +142,13 @@ def envelope_splits(
         ratios = [view.overall_many(shards, found) / ref for view, ref in zip(views, refs)]
         return float(np.max(ratios, axis=0).min())
 
+    def balanced(splits: tuple[Split, ...]) -> list[Placement]:
+        found = balanced_split_place(task, splits, views[0])
+        return [found] if found is not None else []
+
     host_size = get_topology(views[0].topology).host_size(task.num_devices)
     candidates = candidate_splits(task, host_size=host_size)
-    return choose_splits(task, candidates, rating, deadline=deadline)[0]
+    return choose_splits(task, candidates, rating, deadline=deadline, also=balanced)[0]
 
 
 def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
@@ -213,6 +230,25 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     return Placement(tuple(devices), "dreamshard", BALANCED)
 
 
+def balanced_split_place(
+    task: PlacementTask, splits: tuple[Split, ...], backend: SimulatedBackend
+) -> Placement | None:
+    """`balanced_place` of `task`'s shards under `splits` (pinned shards on their devices:
+    `split_place`), None where its path is stopped: what the split choice rates beside the
+    heuristics' placements."""
+
+    def balanced(shards: PlacementTask) -> Placement:
+        found = balanced_place(shards, backend)
+        if found is None:
+            raise InfeasibleError("the balanced placement's path was stopped")
+        return found
+
+    try:
+        return split_place(task, splits, balanced, "dreamshard")
+    except InfeasibleError:
+        return None
+
+
 @dataclass(frozen=True)
 class EnvelopeChoice:
     """What the guard weighed: the plan kept, and each plan's ratio to the best plain
@@ -232,9 +268,11 @@ def envelope_choice(
 ) -> EnvelopeChoice:
     """Of `planned` and the `plain` plans (heuristic name -> plan), the one with the lowest
     worst ratio to the best plain plan over the file's centre and corners, `planned` only if
-    the centre rates it `HEURISTIC_MARGIN` cheaper than the best plain plan (ties: the
-    centre's cheaper). `topology`: the links planned on (None: the file's, which its corners
-    move)."""
+    the centre rates it `HEURISTIC_MARGIN` cheaper than the best plain plan or its worst ratio
+    is that much below every plain plan's (a plan as cheap as the best plain plan at every
+    point, where a memory-forced shard bounds them all, beats a plain plan that is dearer at
+    some corner; ties: the centre's cheaper). `topology`: the links planned on (None: the
+    file's, which its corners move)."""
     points = [hardware, *(hardware.at(c) for c in hardware.corners())]
     plans = {"planned": planned, **plain}
     ratios = []  # [points, plans]
@@ -246,7 +284,14 @@ def envelope_choice(
     names = list(plans)
     centre = dict(zip(names, ratios[0].tolist()))
     worst_of = dict(zip(names, worst.tolist()))
-    eligible = [n for n in names if n != "planned" or centre[n] <= 1 - HEURISTIC_MARGIN]
+    least_worst = min(worst_of[n] for n in plain)  # the plain plan least worse over the envelope
+    eligible = [
+        n
+        for n in names
+        if n != "planned"
+        or centre[n] <= 1 - HEURISTIC_MARGIN
+        or worst_of[n] <= (1 - HEURISTIC_MARGIN) * least_worst
+    ]
     pick = min(eligible, key=lambda n: (worst_of[n], centre[n]))
     if pick == "planned":
         return EnvelopeChoice(planned, centre, worst_of)
