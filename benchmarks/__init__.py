@@ -11,7 +11,8 @@ its own), `torchrec` (plans in real TorchRec training steps against TorchRec's p
 `units` (plans for a GPU hardware file under both GPU judges, the roofline and TorchRec's
 estimator, at the file's centre and corners) and `envelope` (the default planner planning for
 a GPU file against the plain heuristics at the file's centre and every corner; `envelope_a100`
-the same for the a100-80gb file) and `published`
+the same for the a100-80gb file, `envelope_428` and `envelope_wide` on 428 dlrm tables and on
+856 of the wide family) and `published`
 (the GPU units beside the published step times of NVIDIA-Merlin's synthetic models), and
 `torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes;
 `torchrec_small` on 16 and 32 GPUs with TorchRec given 20 s), and
@@ -36,6 +37,8 @@ STUDIES = {
     "units": "benchmarks.units:STUDY",
     "envelope": "benchmarks.envelope:STUDY",
     "envelope_a100": "benchmarks.envelope:A100",  # `envelope` for the a100-80gb file
+    "envelope_428": "benchmarks.envelope:DLRM_428",  # `envelope` on 428 dlrm tables
+    "envelope_wide": "benchmarks.envelope:WIDE",  # `envelope` on 856 tables of the wide family
     "published": "benchmarks.published:STUDY",
     "torchrec_fair": "benchmarks.fair:STUDY",
     "torchrec_small": "benchmarks.fair:SMALL",  # `torchrec_fair` on 16/32 GPUs, TorchRec 20 s

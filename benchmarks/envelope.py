@@ -70,11 +70,12 @@ def judged_corners(rows: list[dict], judge: str) -> list[str]:
 
 class EnvelopeStudy(Study):
     hardware_file = "h100-sxm"  # the --hardware default (envelope_a100's: a100-80gb)
+    table_sets = "dlrm-856"  # the --sets default (envelope_428's and envelope_wide's: theirs)
 
     def options(self, parser: argparse.ArgumentParser) -> None:
         model_option(parser)
         parser.add_argument("--hardware", default=self.hardware_file, help="the hardware file")
-        parser.add_argument("--sets", default="dlrm-856", help="table sets")
+        parser.add_argument("--sets", default=self.table_sets, help="table sets")
         parser.add_argument("--devices", default="64,128", help="device counts")
         parser.add_argument("--memory", default="loose,binding", help="memory settings")
         parser.add_argument("--seeds", default="100-107", help="seeds, as 100-107 or 1,3")
@@ -223,3 +224,20 @@ class A100Envelope(EnvelopeStudy):
 
 
 A100 = A100Envelope("envelope_a100", STUDY.title + " (a100-80gb)", STUDY.targets)
+
+
+class Dlrm428Envelope(EnvelopeStudy):
+    """The same study on the dlrm pool's test half (428 tables), its rows and report
+    `envelope_428`'s."""
+
+    table_sets = "dlrm-428"
+
+
+class WideEnvelope(EnvelopeStudy):
+    """The same study on 856 tables of the wide family, its rows and report `envelope_wide`'s."""
+
+    table_sets = "wide-856"
+
+
+DLRM_428 = Dlrm428Envelope("envelope_428", STUDY.title + " (428 dlrm tables)", STUDY.targets)
+WIDE = WideEnvelope("envelope_wide", STUDY.title + " (856 wide tables)", STUDY.targets)
