@@ -11,6 +11,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
+from dreamshard.placement.splitting import choose_splits
 from dreamshard.placement.tasks import GIB, PlacementTask
 from dreamshard.planners.for_hardware import (
     balanced_place,
@@ -123,3 +124,16 @@ def test_a_plan_on_the_files_named_links_is_weighed_on_each_corners_links():
     named = point_backend(slow, h100.topology_name()).measure(task, plan).overall
     own = SimulatedBackend(hardware=slow).measure(task, plan).overall
     assert named == own > SimulatedBackend(hardware=h100).measure(task, plan).overall
+
+
+def test_the_split_choice_weighs_the_placements_it_is_given_beside_the_heuristics():
+    centre = SimulatedBackend(hardware="h100-sxm")
+    task = PlacementTask(tuple(generate_tables("dlrm", 60, 1)), 16, 16 * GIB)
+    balanced = balanced_place(task, centre)
+
+    def rating(shards, found):
+        return float(centre.overall_many(shards, found).min())
+
+    heuristics_only = choose_splits(task, [()], rating)[1]
+    with_balanced = choose_splits(task, [()], rating, also=lambda splits: [balanced])[1]
+    assert with_balanced == rating(task, [balanced]) < heuristics_only
