@@ -52,8 +52,9 @@ from dreamshard.placement.splitting import (
 )
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.baselines import HeuristicPlanner
-from dreamshard.planners.device_search import analytic_model, blended_model, device_search
-from dreamshard.tables.shards import Split
+from dreamshard.planners.device_search import blended_model, device_search
+from dreamshard.tables.shards import Split, pooled_width
+from dreamshard.tables.traces import table_batch_size
 
 # The planner's search for the placement whose worst ratio over its views is lowest: this many
 # searches on the views' weighted sum, each view's weight raised by exp(BLEND_RATE x its
@@ -213,12 +214,15 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     whole tables so placed rated 0.884 of the best plain plan at the centre (geometric mean)
     and at most 1.002 at any corner (exploratory, 2026-12-07; the envelope study has the
     figures of the planner that uses it)."""
-    model = analytic_model(task, backend)
-    fwd, bwd, _ = model.terms(model.vectors)
-    call = np.zeros((1, model.vectors.shape[1]))
-    call[0, 0] = 1.0  # a call with nothing in it: the per-call floor alone
-    floor_fwd, floor_bwd, _ = model.terms(call)
-    loads = np.stack([np.maximum(fwd + bwd - floor_fwd[0] - floor_bwd[0], 0.0), model.dims], 1)
+    kernel, precision = backend.kernel, task.precision
+    batch = table_batch_size(task.tables, backend.batch_size)
+    sums = kernel.quantities(task.tables, batch, precision)
+    fwd, bwd = kernel.predict_sums(sums, precision)
+    call = np.zeros((1, sums.shape[1]))
+    call[0, 0] = 1.0  # a call with nothing in it (column 0 counts tables): the floor alone
+    floor = sum(kernel.predict_sums(call, precision))[0]
+    widths = [pooled_width(t) for t in task.tables]
+    loads = np.stack([np.maximum(fwd + bwd - floor, 0.0), widths], 1)
     totals = loads.sum(axis=0)
     loads = loads[:, totals > 0] / (totals[totals > 0] / task.num_devices)
     if not loads.size:
