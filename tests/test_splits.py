@@ -2,6 +2,7 @@
 evaluations carry splits, and a task no whole-table plan fits is placed."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -283,6 +284,25 @@ def test_a_table_no_column_split_fits_is_split_row_wise_in_torchrecs_layout():
     assert place(alone, "lookup").devices == (0, 1, 2, 3)
     with pytest.raises(InfeasibleError, match="row-wise over all 2 devices"):
         place(PlacementTask(task.tables, 2, GIB, "fp16"), "lookup")
+
+
+def test_a_table_that_fits_a_device_but_not_what_its_row_shards_leave_is_split_too():
+    """Row shards sit on every device: a whole table within the cap but above the room they
+    leave is halved until it fits that room, and the heuristics place the task."""
+    narrow = Table("narrow", 3 * GIB // 8 + 5, 4, 2.0)  # 3 GiB: a 0.75 GiB row shard a device
+    big = Table("big", 4_000_000, 64, 3.0)  # 0.48 GiB: within 1 GiB, above the 0.25 GiB left
+    small = tuple(Table(f"s{i}", 20_000, 16, 1.0 + i) for i in range(5))
+    task = PlacementTask((narrow, big, *small), 4, GIB, "fp16")
+    room = GIB - task.bytes_of(split_table(narrow, "row", 4)[0])
+    assert task.bytes_of(big) <= GIB < task.bytes_of(big) + (GIB - room)
+    splits = memory_splits(task)
+    assert splits == (Split("narrow", "row", 4), Split("big", "column", 2))
+    assert task.bytes_of(split_table(big, "column", 2)[0]) <= room
+    for key in HEURISTIC_KEYS:
+        placement = place(task, key)
+        assert is_legal(task, placement) and set(splits) <= set(placement.splits)
+    with pytest.raises(InfeasibleError, match="leaving no memory for the other tables"):
+        memory_splits(PlacementTask((narrow, replace(narrow, name="twin"), *small), 4, GIB, "fp16"))
 
 
 def test_split_plans_round_trip_through_plan_files_and_old_plans_still_read(tmp_path):
