@@ -15,7 +15,8 @@ the same for the a100-80gb file, `envelope_428` and `envelope_wide` on 428 dlrm 
 856 of the wide family) and `published`
 (the GPU units beside the published step times of NVIDIA-Merlin's synthetic models), and
 `torchrec_fair` (`fair.py`: the default against TorchRec's planner given two minutes;
-`torchrec_small` on 16 and 32 GPUs with TorchRec given 20 s), and
+`torchrec_small` on 16 and 32 GPUs with TorchRec given 20 s, `torchrec_small_a100` the same for
+the a100-80gb file), and
 `reference_calibration` (the planner's predicted gains over TorchRec's plan against real DMP
 steps: the reference rule's calibration) and `torchrec_step` (`DreamShardPlanner` as shipped
 against TorchRec's planner in real training steps, held-out tasks; `torchrec_tune` adds
@@ -42,6 +43,7 @@ STUDIES = {
     "published": "benchmarks.published:STUDY",
     "torchrec_fair": "benchmarks.fair:STUDY",
     "torchrec_small": "benchmarks.fair:SMALL",  # `torchrec_fair` on 16/32 GPUs, TorchRec 20 s
+    "torchrec_small_a100": "benchmarks.fair:SMALL_A100",  # `torchrec_small` for a100-80gb
     "reference_calibration": "benchmarks.reference_calibration:STUDY",
     "torchrec_step": "benchmarks.torchrec_step:STUDY",
     "torchrec_tune": "benchmarks.torchrec_step:TUNED",  # `torchrec_step` with the tune's arm

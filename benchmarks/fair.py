@@ -43,10 +43,11 @@ def versus(arm: str, judge: str) -> str:
 
 class FairStudy(Study):
     devices, torchrec_seconds = "64,128", 120.0  # the defaults (torchrec_small's: 16,32; 20 s)
+    hardware_file = "h100-sxm"  # the --hardware default (torchrec_small_a100's: a100-80gb)
 
     def options(self, parser: argparse.ArgumentParser) -> None:
         model_option(parser)
-        parser.add_argument("--hardware", default="h100-sxm", help="the hardware file")
+        parser.add_argument("--hardware", default=self.hardware_file, help="the hardware file")
         parser.add_argument("--devices", default=self.devices, help="device counts")
         parser.add_argument("--seeds", default="100-107", help="seeds, as 100-107 or 1,3")
         parser.add_argument(
@@ -151,3 +152,12 @@ SMALL = SmallFair(
     "dreamshard against TorchRec's planner given 20 s on 16 and 32 GPUs, planning for a GPU file",
     tuple(Target(versus(arm, SIM), at_most=0.85) for arm in (WHOLE, RESERVED)),
 )
+
+
+class SmallFairA100(SmallFair):
+    """`torchrec_small` for the `a100-80gb` file, its rows and report `torchrec_small_a100`'s."""
+
+    hardware_file = "a100-80gb"
+
+
+SMALL_A100 = SmallFairA100("torchrec_small_a100", SMALL.title + " (a100-80gb)", SMALL.targets)
