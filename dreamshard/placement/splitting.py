@@ -85,8 +85,8 @@ def memory_splits(task: PlacementTask) -> tuple[Split, ...]:
         room = cap - pinned
         if room <= 0:
             raise InfeasibleError(
-                f"the row-wise shards of {len(rows)} tables take {format_bytes(pinned)} of "
-                f"each device's {format_bytes(cap)}, leaving no memory for the other tables; "
+                f"the tables cut row-wise ({len(rows)}) take {format_bytes(pinned)} of each "
+                f"device's {format_bytes(cap)}, leaving no memory for the other tables; "
                 "raise the memory per device or add devices"
             )
 
