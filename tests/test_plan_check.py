@@ -9,8 +9,10 @@ from dreamshard.cli.main import main
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.integrations.plan_check import check_plan, read_any_plan
 from dreamshard.placement.registry import place
-from dreamshard.placement.tasks import PlacementTask, device_memory
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, device_memory
+from dreamshard.tables.shards import Split
 from dreamshard.tables.sources import load_tables
+from dreamshard.tables.table import Table
 from tests.conftest import generated_tables, place_command
 
 pytest.importorskip("torchrec")
@@ -100,6 +102,14 @@ def test_the_report_predicts_what_the_judges_predict(tables):
     assert report.ratio == pytest.approx(
         resolve_model("shipped").costnet.predict_ms(task, mine)[1] / overall
     )
+
+
+def test_the_tables_column_counts_each_table_once_a_device_not_its_shards():
+    big = Table("big", 1000, 64, 2.0)  # four column shards: two on each device
+    task = PlacementTask((big, Table("s0", 100, 16, 1.0), Table("s1", 100, 16, 1.0)), 2, GIB)
+    plan = Placement((0, 0, 1, 1, 0, 1), "by hand", splits=(Split("big", "column", 4),))
+    report = check_plan(task, plan, compare=False)
+    assert [d.tables for d in report.devices] == [2, 2]  # big and s0; big and s1
 
 
 def test_a_live_sharding_plan_is_checked_against_its_model():

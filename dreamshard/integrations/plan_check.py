@@ -114,7 +114,7 @@ def check_plan(
         overall = cost.overall
         terms = np.array([[d.fwd_comp, d.bwd_comm, d.bwd_comp] for d in cost.devices])
     torchrec_memory, note = torchrec_memory_per_device(task, placement)
-    count = np.bincount(np.asarray(placement.devices), minlength=task.num_devices)
+    count = tables_per_device(shards, flat)
     devices = [
         DeviceCheck(
             d,
@@ -157,6 +157,14 @@ def check_plan(
         devices,
         note,
     )
+
+
+def tables_per_device(shards: PlacementTask, flat: Placement) -> np.ndarray:
+    """How many tables have a shard on each device (`shard_view`'s shards and placement): a
+    table split over devices counts once on each, its shards on one device once there."""
+    names = [t.shard.of if t.shard is not None else t.name for t in shards.tables]
+    held = {(int(d), name) for d, name in zip(flat.devices, names)}
+    return np.bincount([d for d, _ in held], minlength=shards.num_devices)
 
 
 def torchrec_memory_per_device(task, placement) -> tuple[np.ndarray | None, str]:
