@@ -12,16 +12,18 @@ from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
 from dreamshard.placement.splitting import choose_splits
-from dreamshard.placement.tasks import GIB, PlacementTask
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask
 from dreamshard.planners.for_hardware import (
     balanced_place,
     envelope_choice,
+    envelope_views,
     overall_each,
     plain_heuristics,
     point_backend,
 )
 from dreamshard.tables.shards import pooled_width
 from dreamshard.tables.synthetic import generate_tables
+from dreamshard.tables.table import NUM_BINS, Table
 
 
 def test_cpu_and_h100_choose_different_splits_each_cheaper_under_its_own_file():
@@ -137,3 +139,23 @@ def test_the_split_choice_weighs_the_placements_it_is_given_beside_the_heuristic
     heuristics_only = choose_splits(task, [()], rating)[1]
     with_balanced = choose_splits(task, [()], rating, also=lambda splits: [balanced])[1]
     assert with_balanced == rating(task, [balanced]) < heuristics_only
+
+
+def test_the_planners_views_see_a_plan_that_leans_on_the_l2():
+    # two hot tables (2,000 rows read 4,000 times a sample: the L2 holds their repeats) and two
+    # cold ones (2M distinct rows a batch: far more than the L2): fused apart from the cold
+    # tables the hot ones keep the L2, so the centre rates stacking them on one device cheaper;
+    # with no L2 reuse (the last two views) their repeats come from HBM, and stacking is dearer
+    hot = tuple([0.0] * (NUM_BINS - 1) + [1.0])
+    cold = tuple([1.0] + [0.0] * (NUM_BINS - 1))
+    tables = tuple(Table(f"hot{i}", 2000, 128, 4000.0, histogram=hot) for i in range(2))
+    tables += tuple(Table(f"cold{i}", 10_000_000, 128, 1000.0, histogram=cold) for i in range(2))
+    task = PlacementTask(tables, 2, 64 * GIB)
+    stacked, apart = Placement((0, 0, 1, 1)), Placement((0, 1, 0, 1))
+    h100 = load_hardware("h100-sxm")
+    views = envelope_views(PlanOptions(hardware=h100))
+    assert len(views) == 5 and all(v.hardware.value("l2_bytes") == 0 for v in views[3:])
+    costs = [v.overall_many(task, [stacked, apart]) for v in views]
+    assert costs[0][0] < 0.97 * costs[0][1]  # the centre: stacked
+    assert all(c[0] > 1.3 * c[1] for c in costs[3:])  # no L2 reuse: apart
+    assert place(task, "dreamshard", hardware=h100).devices in ((0, 1, 0, 1), (1, 0, 1, 0))
