@@ -41,6 +41,8 @@ def server(tmp_path):
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DREAMSHARD_HOME": str(tmp_path / "ds"),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        # the worker asks for scheduled runs every second, not every 10 (the default)
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115
