@@ -113,3 +113,15 @@ def test_the_costnet_model_is_the_cost_network(task, comm, encoder):
         np.array(found.devices), legal_neighbours(task, np.array(found.devices))
     )
     assert min(scorer(neighbours)) >= cost * 2.5 - 1e-4 * abs(cost * 2.5) - 1e-6
+
+
+def test_the_search_scores_its_neighbours_in_chunks_alike(monkeypatch):
+    # the neighbours are scored in chunks to bound memory at 10,000 tables on 1,024 devices;
+    # the steps, the answer and its cost do not depend on the chunk's size
+    task = TASKS[1]
+    start = random_place(task, np.random.default_rng(0))
+    model = analytic_model(task, SimulatedBackend(topology=HOSTS))
+    whole = device_search(task, start, model)
+    monkeypatch.setattr("dreamshard.planners.device_search.SCORE_CHUNK", 7)
+    chunked = device_search(task, start, model)
+    assert whole[2] > 0 and chunked == whole

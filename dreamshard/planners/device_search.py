@@ -117,6 +117,13 @@ class _State:
         return cls(devices.copy(), sums, count, widths, used, fwd, rest, base, host)
 
 
+# Neighbours scored at once: each takes two devices' sums and the model's terms of them, so a
+# search at 10,000 tables on 1,024 devices (178,000 neighbours a step) peaked 420 MB above
+# the rest of the plan (1,090 MB) when it scored them all together; in chunks of this many the
+# scores are the same.
+SCORE_CHUNK = 16_384
+
+
 def device_search(
     task: PlacementTask,
     start: Placement,
@@ -145,7 +152,12 @@ def device_search(
         rows = _critical_neighbours(state, sizes, cap, d, bound)
         if not len(rows):
             break
-        costs = _score(state, model, rows)
+        costs = np.concatenate(
+            [
+                _score(state, model, rows[i : i + SCORE_CHUNK])
+                for i in range(0, len(rows), SCORE_CHUNK)
+            ]
+        )
         scored += len(rows)
         best = int(costs.argmin())
         if not costs[best] < cost - 1e-9 * abs(cost):
