@@ -150,6 +150,19 @@ def test_each_conflict_is_named(tasks):
     }
     for constraints, message in cases.items():
         assert message in conflict(task, constraints)
+    # pairwise apart sets that hold one by one but not together (an odd cycle on 2 devices,
+    # a together group in it); a path of them holds
+    two = PlacementTask(task.tables, 2, task.memory_cap_bytes)
+    cycle = (("t0", "t1"), ("t1", "t2"), ("t2", "t3"), ("t3", "t4"), ("t4", "t0"))
+    assert "apart sets of tables t0, t1, t2, t3, t4 cannot all hold on 2" in conflict(
+        two, Constraints(apart=cycle)
+    )
+    grouped = Constraints(
+        together=(("t0", "t5"),), apart=(("t5", "t1"), ("t1", "t2"), ("t2", "t0"))
+    )
+    assert "cannot all hold on 2 devices" in conflict(two, grouped)
+    assert conflict(two, Constraints(apart=cycle[:4])) is None
+    assert conflict(task, Constraints(apart=cycle)) is None  # 4 devices
     tight = PlacementTask(task.tables, 4, int(task.table_bytes().max()))
     biggest = tuple(task.tables[i].name for i in np.argsort(-task.table_bytes())[:2])
     assert "more than one device's" in conflict(tight, Constraints(together=(biggest,)))
@@ -158,12 +171,20 @@ def test_each_conflict_is_named(tasks):
 def test_a_conflict_is_one_line_and_writes_nothing(cli, tmp_path):
     tables = generated_tables(tmp_path / "tables.json", 12)
     out = tmp_path / "plan.json"
+    triangle = ("--apart", "t0000,t0001", "--apart", "t0001,t0002", "--apart", "t0002,t0000")
     cases = {
-        ("--together", "t0002,t0003", "--apart", "t0003,t0002"): "must be apart but are together",
-        ("--method", "torchrec", "--apart", "t0000,t0001"): "TorchRec's planner has no pin",
+        (
+            4,
+            "--together",
+            "t0002,t0003",
+            "--apart",
+            "t0003,t0002",
+        ): "must be apart but are together",
+        (4, "--method", "torchrec", "--apart", "t0000,t0001"): "TorchRec's planner has no pin",
+        (2, *triangle): "cannot all hold on 2 devices",
     }
-    for flags, message in cases.items():
-        result = cli(*place_command(tables, 4, 1, *flags, "--out", str(out)))
+    for (devices, *flags), message in cases.items():
+        result = cli(*place_command(tables, devices, 1, *flags, "--out", str(out)))
         assert message in error_line(result), flags
         assert not out.exists()
 

@@ -18,8 +18,8 @@ planners honour it where they choose devices, not by repairing a plan afterwards
 
 Tables a constraint names are never split (`splittable`). A set that cannot hold on the task
 (an unknown table, a device out of range, a group pinned two ways, a group too big for one
-device, tables both together and apart, ...) is a DreamshardError naming the conflict
-(`conflict`), before any planning.
+device, tables both together and apart, apart sets that hold one by one but not all at once,
+...) is a DreamshardError naming the conflict (`conflict`), before any planning.
 """
 
 from __future__ import annotations
@@ -504,6 +504,9 @@ def conflict(task, constraints: Constraints) -> str | None:
                     why = "together" if k[0] == "group" else f"pinned to device {k[1]}"
                     return f"tables {seen[k]} and {name} must be apart but are {why}"
                 seen.setdefault(k, name)
+    problem = _apart_problem(task, constraints, index, group_of, pins, group_pin)
+    if problem:
+        return problem
     load = np.zeros(task.num_devices, dtype=np.int64)
     pinned = set()
     for name, device in pins.items():
@@ -582,3 +585,62 @@ def splittable(constraints: Constraints | None, splits: tuple) -> tuple:
         return splits
     named = constraints.named()
     return tuple(s for s in splits if s.table not in named and constraints.allows(s.table, s.kind))
+
+
+# How many devices a colouring search tries before it gives up proving apart sets conflict (the
+# planners' own search then says it found no placement).
+APART_SEARCH_STEPS = 20_000
+APART_SEARCH_UNITS = 500
+
+
+def _apart_problem(task, constraints, index, group_of, pins, group_pin) -> str | None:
+    """Why the apart sets cannot all hold on `task`'s devices though each set alone can (three
+    tables pairwise apart on two devices), or None: the sets as a graph between the units they
+    name (a together group is one unit, a pinned unit has its device), coloured with the
+    devices by a backtracking search of at most `APART_SEARCH_STEPS` tries, most constrained
+    unit first. None too when the search runs out of tries (no conflict proven)."""
+    if len(constraints.apart) < 2:
+        return None  # one set alone was checked against the device count and the pins
+    unit_of = {name: group_of.get(index[name], ("table", index[name])) for name in index}
+    edges: dict[object, set] = {}
+    for group in constraints.apart:
+        units = {unit_of[name] for name in group}
+        for u in units:
+            edges.setdefault(u, set()).update(units - {u})
+    if len(edges) > APART_SEARCH_UNITS:  # the search recurses once a unit
+        return None
+    fixed = {unit_of[name]: device for name, device in pins.items() if unit_of[name] in edges}
+    fixed.update({g: device for g, (_, device) in group_pin.items() if g in edges})
+    colour = dict(fixed)
+    steps = 0
+
+    def search() -> bool | None:
+        nonlocal steps
+        free = [u for u in edges if u not in colour]
+        if not free:
+            return True
+        unit = max(
+            free, key=lambda u: (len({colour[v] for v in edges[u] if v in colour}), len(edges[u]))
+        )
+        taken = {colour[v] for v in edges[unit] if v in colour}
+        for device in range(task.num_devices):
+            if device in taken:
+                continue
+            steps += 1
+            if steps > APART_SEARCH_STEPS:
+                return None
+            colour[unit] = device
+            found = search()
+            if found is not False:
+                return found
+            del colour[unit]
+        return False
+
+    if search() is not False:
+        return None
+    names = sorted({name for group in constraints.apart for name in group})
+    listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (
+        f"the apart sets of tables {listed} cannot all hold on {task.num_devices} devices "
+        "(each set alone can); keep fewer apart or plan on more devices"
+    )
