@@ -88,7 +88,9 @@ FUSED_OPTIMIZERS = {
 
 
 class DreamShardPlanner(ShardingPlanner):
-    """TorchRec's `ShardingPlanner` with a dreamshard method inside.
+    """TorchRec's `ShardingPlanner` with a dreamshard method inside (by default the registered
+    `dreamshard` method, `planners.dreamshard_planner.DreamShardMethod`, which this adapter runs
+    on TorchRec's model, topology and constraints).
 
     `topology`: TorchRec's `Topology` (world size, compute device, HBM/DDR per device); None
     builds one from the initialised process group, as TorchRec's planner does. Device memory is

@@ -345,7 +345,9 @@ def costnet_greedy(
 class DreamShardMethod(BasePlanner):
     """The `dreamshard` planner: `dreamshard_place` on the shards its cost network chose
     (`dreamshard_splits`); for a GPU hardware file, the roofline's splits and rating and the
-    envelope guard instead (`planners.for_hardware`)."""
+    envelope guard instead (`planners.for_hardware`). This is the registered method
+    (`--method dreamshard`, `named_planner("dreamshard")`); TorchRec users reach it through
+    `integrations.dmp_planner.DreamShardPlanner`, TorchRec's `ShardingPlanner` around it."""
 
     name = "dreamshard"
 
