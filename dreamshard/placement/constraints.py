@@ -609,23 +609,20 @@ def _apart_problem(task, constraints, index, group_of, pins, group_pin) -> str |
             edges.setdefault(u, set()).update(units - {u})
     if len(edges) > APART_SEARCH_UNITS:  # the search recurses once a unit
         return None
-    fixed = {unit_of[name]: device for name, device in pins.items() if unit_of[name] in edges}
-    fixed.update({g: device for g, (_, device) in group_pin.items() if g in edges})
-    colour = dict(fixed)
+    colour = {unit_of[name]: device for name, device in pins.items() if unit_of[name] in edges}
+    colour.update({g: device for g, (_, device) in group_pin.items() if g in edges})
     steps = 0
+
+    def taken(unit) -> set[int]:
+        return {colour[v] for v in edges[unit] if v in colour}
 
     def search() -> bool | None:
         nonlocal steps
         free = [u for u in edges if u not in colour]
         if not free:
             return True
-        unit = max(
-            free, key=lambda u: (len({colour[v] for v in edges[u] if v in colour}), len(edges[u]))
-        )
-        taken = {colour[v] for v in edges[unit] if v in colour}
-        for device in range(task.num_devices):
-            if device in taken:
-                continue
+        unit = max(free, key=lambda u: (len(taken(u)), len(edges[u])))
+        for device in sorted(set(range(task.num_devices)) - taken(unit)):
             steps += 1
             if steps > APART_SEARCH_STEPS:
                 return None

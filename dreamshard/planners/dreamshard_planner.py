@@ -428,7 +428,8 @@ def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placemen
     candidates = [c for c in candidates if c is not None and is_legal(task, c)]
     if not candidates:
         raise failure or InfeasibleError("no legal placement of the shards")
-    return roofline_best(task, candidates, views, options.until(), corner_views(options))
+    corners = corner_views(planning_hardware(options), options.topology)
+    return roofline_best(task, candidates, views, options.until(), corners)
 
 
 def on_topology(model: DreamShardModel, topology: str | None) -> DreamShardModel:

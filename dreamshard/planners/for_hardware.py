@@ -178,11 +178,11 @@ def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
     return [point_backend(point, options.topology) for point in points]
 
 
-def corner_views(options: PlanOptions) -> list[SimulatedBackend]:
-    """The roofline at every corner of the file's envelope (`Hardware.corners`), on the
-    options' links: the points the envelope guard and the study judge a plan at."""
-    hardware = planning_hardware(options)
-    return [point_backend(hardware.at(c), options.topology) for c in hardware.corners()]
+def corner_views(hardware: Hardware, topology: str | None) -> list[SimulatedBackend]:
+    """The roofline at every corner of the file's envelope (`Hardware.corners`), on
+    `topology`'s links (`point_backend`): the points the envelope guard and the study judge a
+    plan at."""
+    return [point_backend(hardware.at(c), topology) for c in hardware.corners()]
 
 
 def roofline_best(
@@ -320,11 +320,11 @@ def envelope_choice(
     point, where a memory-forced shard bounds them all, beats a plain plan that is dearer at
     some corner; ties: the centre's cheaper). `topology`: the links planned on (None: the
     file's, which its corners move)."""
-    points = [hardware, *(hardware.at(c) for c in hardware.corners())]
+    points = [point_backend(hardware, topology), *corner_views(hardware, topology)]
     plans = {"planned": planned, **plain}
     ratios = []  # [points, plans]
     for point in points:
-        costs = overall_each(point_backend(point, topology), task, list(plans.values()))
+        costs = overall_each(point, task, list(plans.values()))
         ratios.append(costs / costs[1:].min())
     ratios = np.array(ratios)
     worst = ratios.max(axis=0)
