@@ -3,25 +3,30 @@ envelope its plan is never worse, by its worst ratio, than the plain heuristics'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from benchmarks.parts.scale_tasks import study_task
 from dreamshard.costs.hardware import load_hardware
 from dreamshard.costs.simulated import SimulatedBackend
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
-from dreamshard.placement.splitting import choose_splits
-from dreamshard.placement.tasks import GIB, Placement, PlacementTask
+from dreamshard.placement.splitting import balance_splits, bound_variants, choose_splits
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, shard_task
 from dreamshard.planners.for_hardware import (
     balanced_place,
     envelope_choice,
     envelope_views,
+    kernel_time_key,
+    kernel_times,
     overall_each,
     plain_heuristics,
     point_backend,
 )
-from dreamshard.tables.shards import pooled_width
+from dreamshard.tables.shards import Split, pooled_width
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import NUM_BINS, Table
 
@@ -159,3 +164,33 @@ def test_the_planners_views_see_a_plan_that_leans_on_the_l2():
     assert costs[0][0] < 0.97 * costs[0][1]  # the centre: stacked
     assert all(c[0] > 1.3 * c[1] for c in costs[3:])  # no L2 reuse: apart
     assert place(task, "dreamshard", hardware=h100).devices in ((0, 1, 0, 1), (1, 0, 1, 0))
+
+
+def test_a_hot_narrow_table_that_bounds_a_device_is_cut_into_row_ranges():
+    # dlrm seed 104's t0001: 8 wide, 500 lookups a sample. Its column half costs the roofline
+    # as much as the whole table (a row's read is one sector either way), so only row ranges
+    # take it off one device: the split choice weighs the balance rule under the roofline's
+    # kernel time with such a table cut into row ranges (`bound_variants`)
+    hot = replace(generate_tables("dlrm", 2, 104)[1], name="hot")
+    assert (hot.dim, hot.pooling_factor) == (8, 500.0)
+    small = PlacementTask((*generate_tables("dlrm", 60, 7), hot), 16, 64 * GIB)
+    h100 = load_hardware("h100-sxm")
+    centre = envelope_views(PlanOptions(hardware=h100))[0]
+    key = kernel_time_key(small, centre)
+    rule = set(balance_splits(small, key))
+    variants = bound_variants(small, key, (), host_size=8)
+    assert [[s for s in v if s.table == hot.name] for v in variants] == [
+        [Split(hot.name, "row", 16)],
+        [Split(hot.name, "table_row", 8)],
+    ]
+    others = {s for s in rule if s.table != hot.name}
+    assert all({s for s in v if s.table != hot.name} == others for v in variants)
+    plan = place(small, "dreamshard", hardware=h100)
+    assert {s.kind for s in plan.splits if s.table == hot.name} & {"row", "table_row"}
+    half = shard_task(small, (Split(hot.name, "column", 2),))
+    assert kernel_times(half, centre)[-1] > centre.overall_many(small, [plan])[0]
+    # the envelope study's task where the plan kept t0001 whole before (2026-12-07: 0.98 of
+    # the best plain plan by TorchRec's estimator; cut into row ranges, 0.66)
+    task = study_task("dlrm-428", 104, 64, "binding")
+    plan = place(task, "dreamshard", hardware=h100, topology=h100.topology_name())
+    assert {s.kind for s in plan.splits if s.table == "t0001"} & {"row", "table_row"}

@@ -235,6 +235,38 @@ def balance_splits(
     return tuple(splits[t.name] for t in task.tables if t.name in splits)
 
 
+def bound_variants(
+    task: PlacementTask,
+    key: Callable[[Table], float],
+    base: tuple[Split, ...],
+    host_size: int = 0,
+) -> list[tuple[Split, ...]]:
+    """The balance rule under `key` over `base` (`balance_splits`) with each table that alone,
+    or as its rule's column shard, keys above a device's mean cut instead into row ranges:
+    over all D devices (row-wise), and over the `host_size` devices of one host (table-row-wise,
+    on hosts of that size). A column cut repeats its table's lookups in every shard and stops
+    at widths of 4, so a hot narrow table (hundreds of lookups a sample, 8 wide) stays the
+    busiest device's load by itself; row ranges share its lookups out. Tables `base` splits,
+    or that cannot be cut so, keep their split."""
+    d = task.num_devices
+    mean = sum(key(t) for t in task.tables) / d
+    rule = {s.table: s for s in balance_splits(task, key, base)}
+    kept = set(base)
+    ways = [("row", d)] + ([("table_row", host_size)] if 1 < host_size < d else [])
+    found = []
+    for kind, parts in ways:
+        splits = dict(rule)
+        for table in task.tables:
+            split = rule.get(table.name)
+            if split in kept or (split and split.kind != "column"):
+                continue
+            bound = key(table) / (split.parts if split else 1) > mean
+            if bound and allowed(task, table.name, kind) and not split_problem(table, kind, parts):
+                splits[table.name] = Split(table.name, kind, parts)
+        found.append(tuple(splits[t.name] for t in task.tables if t.name in splits))
+    return found
+
+
 def row_variant(
     task: PlacementTask, splits: tuple[Split, ...], base: tuple[Split, ...]
 ) -> tuple[Split, ...]:
@@ -333,7 +365,10 @@ def planned_shards(
 
 
 def candidate_splits(
-    task: PlacementTask, keys: Iterable[Callable[[Table], float]] = (), host_size: int = 0
+    task: PlacementTask,
+    keys: Iterable[Callable[[Table], float]] = (),
+    host_size: int = 0,
+    first: Iterable[tuple[Split, ...]] = (),
 ) -> Iterator[tuple[Split, ...]]:
     """Distinct split sets, most telling first, each made when asked for (a budget may rate
     only the first few): the memory splits alone; the balance rule over them under each of
@@ -345,7 +380,8 @@ def candidate_splits(
     level on the way (at most 2, 4, ... shards a table): on a CPU a column shard repeats all of
     its table's lookups, so one halving can beat the rule's quarters; last, the memory splits
     and the rules with the small tables data-parallel (`replica_splits`; at 856 dlrm tables on
-    128 devices these cost the most to place and rate, and rated the dearest)."""
+    128 devices these cost the most to place and rate, and rated the dearest). `first`: a
+    planner's own candidates, weighed right after the memory splits."""
     base = memory_splits(task)
     seen = set()
 
@@ -357,6 +393,7 @@ def candidate_splits(
 
     unseen(base)
     yield base
+    yield from (splits for splits in first if unseen(splits))
     keys = (*keys, *HEURISTIC_KEYS.values())
     rules = [balance_splits(task, key, base) for key in keys]
     variants = [lambda splits: splits, lambda splits: row_variant(task, splits, base)]

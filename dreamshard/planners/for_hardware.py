@@ -35,6 +35,7 @@ TorchRec's estimator is not among the planner's views: it stays an independent j
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -48,6 +49,7 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.splitting import (
+    bound_variants,
     candidate_splits,
     choose_splits,
     memory_splits,
@@ -57,6 +59,7 @@ from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.planners.baselines import HeuristicPlanner
 from dreamshard.planners.device_search import blended_model, device_search
 from dreamshard.tables.shards import Split, pooled_width
+from dreamshard.tables.table import Table
 from dreamshard.tables.traces import table_batch_size
 
 # The planner's search for the placement whose worst ratio over its views is lowest: searches
@@ -163,7 +166,13 @@ def envelope_splits(
         return [found] if found is not None else []
 
     host_size = get_topology(views[0].topology).host_size(task.num_devices)
-    candidates = candidate_splits(task, host_size=host_size)
+    base = memory_splits(task)
+    first = [
+        splits
+        for view in (views[0], views[3])  # the centre, and the centre with no L2 reuse
+        for splits in bound_variants(task, kernel_time_key(task, view), base, host_size)
+    ]
+    candidates = candidate_splits(task, host_size=host_size, first=first)
     return choose_splits(task, candidates, rating, deadline=deadline, also=balanced)[0]
 
 
@@ -257,15 +266,8 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     whole tables so placed rated 0.884 of the best plain plan at the centre (geometric mean)
     and at most 1.002 at any corner (exploratory, 2026-12-07; the envelope study has the
     figures of the planner that uses it)."""
-    kernel, precision = backend.kernel, task.precision
-    batch = table_batch_size(task.tables, backend.batch_size)
-    sums = kernel.quantities(task.tables, batch, precision)
-    fwd, bwd = kernel.predict_sums(sums, precision)
-    call = np.zeros((1, sums.shape[1]))
-    call[0, 0] = 1.0  # a call with nothing in it (column 0 counts tables): the floor alone
-    floor = sum(kernel.predict_sums(call, precision))[0]
     widths = [pooled_width(t) for t in task.tables]
-    loads = np.stack([np.maximum(fwd + bwd - floor, 0.0), widths], 1)
+    loads = np.stack([kernel_times(task, backend), widths], 1)
     totals = loads.sum(axis=0)
     loads = loads[:, totals > 0] / (totals[totals > 0] / task.num_devices)
     if not loads.size:
@@ -275,6 +277,25 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     if devices is None:
         return None
     return Placement(tuple(devices), "dreamshard", BALANCED)
+
+
+def kernel_times(task: PlacementTask, backend: SimulatedBackend) -> np.ndarray:
+    """Each table's kernel time alone by `backend`'s roofline, forward and backward, its
+    per-call floor left out (a device pays one for all its tables)."""
+    kernel, precision = backend.kernel, task.precision
+    batch = table_batch_size(task.tables, backend.batch_size)
+    sums = kernel.quantities(task.tables, batch, precision)
+    fwd, bwd = kernel.predict_sums(sums, precision)
+    call = np.zeros((1, sums.shape[1]))
+    call[0, 0] = 1.0  # a call with nothing in it (column 0 counts tables): the floor alone
+    floor = sum(kernel.predict_sums(call, precision))[0]
+    return np.maximum(fwd + bwd - floor, 0.0)
+
+
+def kernel_time_key(task: PlacementTask, backend: SimulatedBackend) -> Callable[[Table], float]:
+    """`kernel_times` as a balance rule's key (`splitting.balance_splits`)."""
+    times = dict(zip((t.name for t in task.tables), kernel_times(task, backend).tolist()))
+    return lambda table: times[table.name]
 
 
 def balanced_split_place(
