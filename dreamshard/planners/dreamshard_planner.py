@@ -46,7 +46,6 @@ from dreamshard.placement.tasks import (
 )
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.for_hardware import (
-    ENVELOPE_SPLIT_SHARE,
     balanced_place,
     corner_views,
     envelope_choice,
@@ -361,7 +360,7 @@ class DreamShardMethod(BasePlanner):
 
     def splits(self, task: PlacementTask, options: PlanOptions) -> tuple[Split, ...]:
         if planning_hardware(options) is not None:
-            deadline = options.until().share(ENVELOPE_SPLIT_SHARE)
+            deadline = options.until().share(SPLIT_SHARE)
             plain = PLAIN.get() or plain_heuristics(task, options)
             return envelope_splits(task, options, plain, deadline)
         return dreamshard_splits(task, options.model, options.until().share(SPLIT_SHARE))

@@ -11,8 +11,7 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
   certain term at its other end) (`envelope_views`);
 - the splits: among the same `candidate_splits`, the one whose heuristic placements and
   balanced placement (`balanced_split_place`) have the lowest worst ratio to the best plain
-  plan over the views (`envelope_splits`), in the split choice's share of the budget
-  (`ENVELOPE_SPLIT_SHARE`);
+  plan over the views (`envelope_splits`), in the split choice's share of the budget;
 - the placement of the shards: the heuristics' placements and the balanced one
   (`balanced_place`: kernel time and output width balanced at once), the one with the lowest
   worst ratio over the views searched on their weighted sum, the weights moved towards the
@@ -72,14 +71,6 @@ from dreamshard.tables.traces import table_batch_size
 BLEND_ROUNDS = 4
 MAX_BLEND_ROUNDS = 16
 BLEND_RATE = 8.0
-# The share of the budget the split choice for a GPU file may use (`budget.SPLIT_SHARE`, a
-# quarter, for the cost network's): its candidates are many and its placement search often
-# stops early, idle (plans at 428-856 dlrm tables on 64-128 GPUs took 0.3-1.0 s of a 1 s
-# budget). With half, 428 dlrm tables on 64/128 GPUs under binding memory rated 0.804 of the
-# best plain plan by TorchRec's estimator (geometric mean of 16 tasks) against 0.823 with a
-# quarter, and 0.731 against 0.753 by the roofline; at 856 under loose memory 0.789 and 0.787
-# (exploratory, 2026-12-07, one interleaved run on this 2-core host).
-ENVELOPE_SPLIT_SHARE = 0.5
 # The guard leaves the best plain heuristic only for a plan the centre rates at least this
 # much cheaper (`dreamshard_planner.HEURISTIC_MARGIN`, the cost network's margin).
 HEURISTIC_MARGIN = 0.02
