@@ -9,9 +9,11 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
 - the views: the roofline at the centre, at the envelope's two far ends (`far_corners`), and
   at the centre and the kernel-heavy end with no L2 reuse (`NO_L2_REUSE`: the model's least
   certain term at its other end) (`envelope_views`);
-- the splits: among the same `candidate_splits`, the one whose heuristic placements and
-  balanced placement (`balanced_split_place`) have the lowest worst ratio to the best plain
-  plan over the views (`envelope_splits`), in the split choice's share of the budget;
+- the splits: among the same `candidate_splits`, the first after the memory splits being the
+  balance rule under each table's kernel time (`kernel_times`) with a table that alone bounds a
+  device cut into row ranges (`splitting.bound_variants`), the one whose heuristic placements
+  and balanced placement (`balanced_split_place`) have the lowest worst ratio to the best
+  plain plan over the views (`envelope_splits`), in the split choice's share of the budget;
 - the placement of the shards: the heuristics' placements and the balanced one
   (`balanced_place`: kernel time and output width balanced at once), the one with the lowest
   worst ratio over the views searched on their weighted sum, the weights moved towards the
@@ -149,9 +151,11 @@ def envelope_splits(
 ) -> tuple[Split, ...]:
     """Among `candidate_splits`, the one whose heuristic placements or balanced placement
     (`balanced_split_place`) have the lowest worst ratio to the best `plain` plan over the
-    centre and the two far corners (`far_corners`):
-    a split the centre likes but the exchange-heavy end does not loses to one both accept.
-    Without plain plans, the centre's choice (`analytic_splits`)."""
+    views (`envelope_views`): a split the centre likes but the exchange-heavy end does not
+    loses to one both accept. Weighed first after the memory splits: the balance rule under
+    each table's kernel time at the centre and with no L2 reuse, with the tables that alone
+    bound a device cut into row ranges (`splitting.bound_variants`). Without plain plans, the
+    centre's choice (`analytic_splits`)."""
     views = envelope_views(options)
     if not plain:
         return analytic_splits(task, views[0], deadline)
