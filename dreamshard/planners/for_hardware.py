@@ -173,11 +173,14 @@ def envelope_splits(
     base = memory_splits(task)
     first = [
         splits
-        for view in (views[0], views[3])  # the centre, and the centre with no L2 reuse
+        for view in (views[0], views[NO_L2_CENTRE])
         for splits in bound_variants(task, kernel_time_key(task, view), base, host_size)
     ]
     candidates = candidate_splits(task, host_size=host_size, first=first)
     return choose_splits(task, candidates, rating, deadline=deadline, also=balanced)[0]
+
+
+NO_L2_CENTRE = 3  # `envelope_views`' index of the centre with no L2 reuse (the centre: 0)
 
 
 def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
