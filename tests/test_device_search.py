@@ -125,3 +125,17 @@ def test_the_search_scores_its_neighbours_in_chunks_alike(monkeypatch):
     monkeypatch.setattr("dreamshard.planners.device_search.SCORE_CHUNK", 7)
     chunked = device_search(task, start, model)
     assert whole[2] > 0 and chunked == whole
+
+
+def test_a_first_improving_search_stops_where_no_neighbour_is_better():
+    # taking the first chunk's best better neighbour, not the best of all, it still ends at a
+    # placement none of the neighbours betters (the same local optimum test as a full search)
+    task = replace(make_suite("cpu-50x4").test_tasks[2], num_devices=8)
+    start = random_place(task, np.random.default_rng(1))
+    model = analytic_model(task, SimulatedBackend(topology=HOSTS))
+    found, cost, steps = device_search(task, start, model, first_improving=16)
+    assert steps > 0 and is_legal(task, found)
+    assert cost == pytest.approx(model.cost(task, np.array(found.devices)))
+    assert cost < model.cost(task, np.array(start.devices))
+    _, after, more = device_search(task, found, model)
+    assert more == 0 and after == pytest.approx(cost)

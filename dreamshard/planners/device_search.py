@@ -131,12 +131,17 @@ def device_search(
     seconds: float | None = None,
     max_rounds: int | None = None,
     max_scored: int | None = None,
+    first_improving: int | None = None,
 ) -> tuple[Placement, float, int]:
     """(best placement found, its model cost, improving steps) from `start`.
 
     Stops at a local optimum, after `max_rounds` steps, once `max_scored` neighbours have
     been scored (a budget of work, so the answer does not depend on the machine's speed), or
-    when `seconds` run out (the only budget that does).
+    when `seconds` run out (the only budget that does). `first_improving`: score the
+    neighbours in chunks of this many (`_likely_first`: moves, then swaps with the least loaded
+    devices first) and take the best of the first chunk that holds a better one, not the best
+    of all: where a step scores thousands of neighbours (856 tables on 64 devices, 12 ms a
+    step), more steps fit in the time.
     """
     began = time.perf_counter()
     deadline = began + seconds if seconds is not None else float("inf")
@@ -152,18 +157,22 @@ def device_search(
         rows = _critical_neighbours(state, sizes, cap, d, bound)
         if not len(rows):
             break
-        costs = np.concatenate(
-            [
-                _score(state, model, rows[i : i + SCORE_CHUNK])
-                for i in range(0, len(rows), SCORE_CHUNK)
-            ]
-        )
-        scored += len(rows)
-        best = int(costs.argmin())
-        if not costs[best] < cost - 1e-9 * abs(cost):
+        chunk = SCORE_CHUNK
+        if first_improving:
+            rows, chunk = _likely_first(state, rows), first_improving
+        found = None
+        for i in range(0, len(rows), chunk):
+            costs = _score(state, model, rows[i : i + chunk])
+            scored += len(costs)
+            best = int(costs.argmin())
+            if costs[best] < cost - 1e-9 * abs(cost) and (found is None or costs[best] < found[1]):
+                found = (rows[i + best], float(costs[best]))
+            if found is not None and first_improving:
+                break
+        if found is None:
             break
-        _apply(state, model, rows[best], sizes)
-        cost = float(costs[best])
+        _apply(state, model, found[0], sizes)
+        cost = found[1]
         steps += 1
     return Placement(tuple(int(v) for v in state.devices), start.method), cost, steps
 
@@ -193,6 +202,14 @@ def _critical_neighbours(state: _State, sizes, cap, d, bound=None) -> np.ndarray
     swaps = np.stack([a[keep], db[keep], b[keep], da[keep]])
     rows = np.concatenate([moves, swaps], axis=1).T
     return rows if bound is None else rows[bound.keep(state.devices, rows)]
+
+
+def _likely_first(state: _State, rows: np.ndarray) -> np.ndarray:
+    """`rows` (`_critical_neighbours`) reordered: the moves, then the swaps by their other
+    device's load (forward and rest, each over its maximum), the least loaded first."""
+    load = state.fwd / max(state.fwd.max(), 1e-30) + state.rest / max(state.rest.max(), 1e-30)
+    order = np.where(rows[:, 2] < 0, -np.inf, load[rows[:, 1]])
+    return rows[np.argsort(order, kind="stable")]
 
 
 def _max_without(values: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
