@@ -14,7 +14,12 @@ from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.packing import least_load_dive
 from dreamshard.placement.planner import PlanOptions
 from dreamshard.placement.registry import place
-from dreamshard.placement.splitting import balance_splits, bound_variants, choose_splits
+from dreamshard.placement.splitting import (
+    balance_splits,
+    bound_variants,
+    choose_splits,
+    memory_splits,
+)
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, shard_task
 from dreamshard.planners.for_hardware import (
     balanced_place,
@@ -26,7 +31,7 @@ from dreamshard.planners.for_hardware import (
     plain_heuristics,
     point_backend,
 )
-from dreamshard.tables.shards import Split, pooled_width
+from dreamshard.tables.shards import Split, pooled_width, split_table
 from dreamshard.tables.synthetic import generate_tables
 from dreamshard.tables.table import NUM_BINS, Table
 
@@ -166,6 +171,35 @@ def test_the_planners_views_see_a_plan_that_leans_on_the_l2():
     assert place(task, "dreamshard", hardware=h100).devices in ((0, 1, 0, 1), (1, 0, 1, 0))
 
 
+def test_the_kernel_time_rule_weighs_a_column_by_its_own_kernel_time():
+    # dlrm-856 seed 106's t0052: 32 wide, 500 lookups a sample. At the h100's centre a row read
+    # costs 64 bytes at least (32 fp16 dims), so its quarter columns cost the roofline's kernel
+    # as much as the whole table. The rule over key / parts cut it into quarters, which then
+    # keyed below a device's mean, so no variant took it off its device (TorchRec's estimator:
+    # 0.98 of the best plain plan); weighed by its own kernel time it stays whole, bounds a
+    # device, and the variants cut it into row ranges
+    task = study_task("dlrm-856", 106, 128, "loose")
+    h100 = load_hardware("h100-sxm")
+    centre = envelope_views(PlanOptions(hardware=h100, topology=h100.topology_name()))[0]
+    key = kernel_time_key(task, centre)
+    hot = next(t for t in task.tables if t.name == "t0052")
+    assert key(split_table(hot, "column", 4)[0]) > 0.99 * key(hot)
+    mean = sum(key(t) for t in task.tables) / task.num_devices
+    by_parts = {s.table: s for s in balance_splits(task, key)}
+    exact = {s.table: s for s in balance_splits(task, key, exact=True)}
+    assert by_parts["t0052"].parts == 4 and key(hot) / 4 < mean < key(hot)
+    assert "t0052" not in exact
+    # a wide table is still halved while that sheds its kernel time
+    wide = next(t for t in task.tables if t.name == "t0481")
+    assert exact["t0481"].kind == "column" and 1 < exact["t0481"].parts < by_parts["t0481"].parts
+    variants = bound_variants(task, key, memory_splits(task), host_size=8, exact=True)
+    kinds = [{s.kind for s in v if s.table == "t0052"} for v in variants]
+    assert kinds == [{"row"}, {"table_row"}]
+    assert key(split_table(wide, "column", exact["t0481"].parts)[0]) < key(wide) / 2
+    plan = place(task, "dreamshard", hardware=h100, topology=h100.topology_name())
+    assert {s.kind for s in plan.splits if s.table == "t0052"} & {"row", "table_row"}
+
+
 def test_a_hot_narrow_table_that_bounds_a_device_is_cut_into_row_ranges():
     # dlrm seed 104's t0001: 8 wide, 500 lookups a sample. Its column half costs the roofline
     # as much as the whole table (a row's read is one sector either way), so only row ranges
@@ -190,7 +224,12 @@ def test_a_hot_narrow_table_that_bounds_a_device_is_cut_into_row_ranges():
     half = shard_task(small, (Split(hot.name, "column", 2),))
     assert kernel_times(half, centre)[-1] > centre.overall_many(small, [plan])[0]
     # the envelope study's task where the plan kept t0001 whole before (2026-12-07: 0.98 of
-    # the best plain plan by TorchRec's estimator; cut into row ranges, 0.66)
+    # the best plain plan by TorchRec's estimator; cut into row ranges, 0.66): the variants
+    # the split choice weighs first cut it into row ranges
     task = study_task("dlrm-428", 104, 64, "binding")
-    plan = place(task, "dreamshard", hardware=h100, topology=h100.topology_name())
-    assert {s.kind for s in plan.splits if s.table == "t0001"} & {"row", "table_row"}
+    key = kernel_time_key(task, point_backend(h100, h100.topology_name()))
+    variants = bound_variants(task, key, memory_splits(task), host_size=8, exact=True)
+    assert [{s.kind for s in v if s.table == "t0001"} for v in variants] == [
+        {"row"},
+        {"table_row"},
+    ]

@@ -200,15 +200,25 @@ def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[
     return tuple(chosen)
 
 
+# Under an `exact` key, a table is halved once more only if that takes at least a quarter off
+# its shard's key (a key linear in the width halves it; a GPU's kernel time of a column
+# narrower than the fewest bytes a row read costs hardly moves).
+HALVING_GAIN = 0.75
+
+
 def balance_splits(
     task: PlacementTask,
     key: Callable[[Table], float],
     start: tuple[Split, ...] = (),
     max_parts: int | None = None,
+    exact: bool = False,
 ) -> tuple[Split, ...]:
     """`start` plus the column halvings of the balance rule under `key` (module docstring),
     each table halved into at most `max_parts` shards by the rule (None: no cap but the
-    table's)."""
+    table's). `exact`: `key` rates a column shard itself (its own `Table`), not as its table's
+    key over the parts, and a table is halved only while that lowers its shard's key: under a
+    GPU's kernel time an 8-wide column of a 32-wide table reads as many bytes a row as the
+    whole (`row_bytes_min`), so halving it again only repeats its lookups."""
     splits = {s.table: s for s in start}
     tables = {t.name: t for t in task.tables}
     keys = {name: key(t) for name, t in tables.items()}
@@ -219,14 +229,25 @@ def balance_splits(
     }
     limit = {name: max_column_parts(t, task.num_devices) for name, t in tables.items()}
 
-    def shard_key(name: str) -> float:
+    def shard_key(name: str, parts: int | None = None) -> float:
+        """The key of `name`'s shard as split now, or halved into `parts` columns."""
         split = splits.get(name)
-        return keys[name] / split.parts if split else keys[name]
+        kind = "column" if parts or not split else split.kind
+        parts = parts or (split.parts if split else 1)
+        if exact and parts > 1:
+            return key(split_table(tables[name], kind, parts)[0])
+        return keys[name] / parts
 
     def can_halve(name: str) -> bool:
         split = splits.get(name)
         cap = limit[name] if max_parts is None else min(limit[name], max_parts)
-        return split is None or (split.kind == "column" and split.parts * 2 <= cap)
+        fits = split is None or (split.kind == "column" and split.parts * 2 <= cap)
+        if not (fits and exact):
+            return fits
+        parts = split.parts if split else 1
+        if split_problem(tables[name], "column", parts * 2):
+            return False
+        return shard_key(name, parts * 2) <= HALVING_GAIN * shard_key(name)
 
     for name in sorted(tables, key=lambda n: (-keys[n], n)):
         while shard_key(name) > mean and can_halve(name) and limit[name] > 1:
@@ -240,9 +261,11 @@ def bound_variants(
     key: Callable[[Table], float],
     base: tuple[Split, ...],
     host_size: int = 0,
+    exact: bool = False,
 ) -> list[tuple[Split, ...]]:
-    """The balance rule under `key` over `base` (`balance_splits`) with each table that alone,
-    or as its rule's column shard, keys above a device's mean cut instead into row ranges:
+    """The balance rule under `key` over `base` (`balance_splits`, `exact`: `key` rates a
+    column shard itself) with each table that alone, or as its rule's column shard, keys
+    above a device's mean cut instead into row ranges:
     over all D devices (row-wise), and over the `host_size` devices of one host (table-row-wise,
     on hosts of that size). A column cut repeats its table's lookups in every shard and stops
     at widths of 4, so a hot narrow table (hundreds of lookups a sample, 8 wide) stays the
@@ -250,7 +273,7 @@ def bound_variants(
     or that cannot be cut so, keep their split."""
     d = task.num_devices
     mean = sum(key(t) for t in task.tables) / d
-    rule = {s.table: s for s in balance_splits(task, key, base)}
+    rule = {s.table: s for s in balance_splits(task, key, base, exact=exact)}
     kept = set(base)
     ways = [("row", d)] + ([("table_row", host_size)] if 1 < host_size < d else [])
     found = []
@@ -260,7 +283,10 @@ def bound_variants(
             split = rule.get(table.name)
             if split in kept or (split and split.kind != "column"):
                 continue
-            bound = key(table) / (split.parts if split else 1) > mean
+            if split and exact:
+                bound = key(split_table(table, "column", split.parts)[0]) > mean
+            else:
+                bound = key(table) / (split.parts if split else 1) > mean
             if bound and allowed(task, table.name, kind) and not split_problem(table, kind, parts):
                 splits[table.name] = Split(table.name, kind, parts)
         found.append(tuple(splits[t.name] for t in task.tables if t.name in splits))

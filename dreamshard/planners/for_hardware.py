@@ -181,12 +181,15 @@ def envelope_splits(
     first = [
         splits
         for view in (views[0], views[NO_L2_CENTRE])
-        for splits in bound_variants(task, kernel_time_key(task, view), base, host_size)
+        for splits in bound_variants(
+            task, kernel_time_key(task, view), base, host_size, exact=EXACT
+        )
     ]
     candidates = candidate_splits(task, host_size=host_size, first=first)
     return choose_splits(task, candidates, rating, deadline=deadline, also=balanced)[0]
 
 
+EXACT = True
 NO_L2_CENTRE = 3  # `envelope_views`' index of the centre with no L2 reuse (the centre: 0)
 
 
@@ -295,12 +298,15 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     return Placement(tuple(devices), "dreamshard", BALANCED)
 
 
-def kernel_times(task: PlacementTask, backend: SimulatedBackend) -> np.ndarray:
-    """Each table's kernel time alone by `backend`'s roofline, forward and backward, its
-    per-call floor left out (a device pays one for all its tables)."""
+def kernel_times(
+    task: PlacementTask, backend: SimulatedBackend, tables: list[Table] | None = None
+) -> np.ndarray:
+    """Each of `task`'s tables' (or `tables`', shards of them) kernel time alone by `backend`'s
+    roofline, forward and backward, its per-call floor left out (a device pays one for all its
+    tables)."""
     kernel, precision = backend.kernel, task.precision
     batch = table_batch_size(task.tables, backend.batch_size)
-    sums = kernel.quantities(task.tables, batch, precision)
+    sums = kernel.quantities(tables or task.tables, batch, precision)
     fwd, bwd = kernel.predict_sums(sums, precision)
     call = np.zeros((1, sums.shape[1]))
     call[0, 0] = 1.0  # a call with nothing in it (column 0 counts tables): the floor alone
@@ -309,9 +315,16 @@ def kernel_times(task: PlacementTask, backend: SimulatedBackend) -> np.ndarray:
 
 
 def kernel_time_key(task: PlacementTask, backend: SimulatedBackend) -> Callable[[Table], float]:
-    """`kernel_times` as a balance rule's key (`splitting.balance_splits`)."""
+    """`kernel_times` as a balance rule's key (`splitting.balance_splits`) that rates a
+    shard of a table by its own kernel time (`exact`)."""
     times = dict(zip((t.name for t in task.tables), kernel_times(task, backend).tolist()))
-    return lambda table: times[table.name]
+
+    def key(table: Table) -> float:
+        if table.name not in times:
+            times[table.name] = float(kernel_times(task, backend, [table])[0])
+        return times[table.name]
+
+    return key
 
 
 def balanced_split_place(
