@@ -161,8 +161,10 @@ def envelope_splits(
     views (`envelope_views`): a split the centre likes but the exchange-heavy end does not
     loses to one both accept. Weighed first after the memory splits: the balance rule under
     each table's kernel time at the centre and with no L2 reuse, with the tables that alone
-    bound a device cut into row ranges (`splitting.bound_variants`). Without plain plans, the
-    centre's choice (`analytic_splits`)."""
+    bound a device cut into row ranges (`splitting.bound_variants`), a column shard weighed
+    by its own kernel time (`exact`: a narrow column reads as many bytes a row as its table,
+    so more tables stay bound) and as its table's over the parts (fewer tables in row ranges,
+    less exchange). Without plain plans, the centre's choice (`analytic_splits`)."""
     views = envelope_views(options)
     if not plain:
         return analytic_splits(task, views[0], deadline)
@@ -181,15 +183,14 @@ def envelope_splits(
     first = [
         splits
         for view in (views[0], views[NO_L2_CENTRE])
-        for splits in bound_variants(
-            task, kernel_time_key(task, view), base, host_size, exact=EXACT
-        )
+        for key in [kernel_time_key(task, view)]
+        for exact in (True, False)
+        for splits in bound_variants(task, key, base, host_size, exact=exact)
     ]
     candidates = candidate_splits(task, host_size=host_size, first=first)
     return choose_splits(task, candidates, rating, deadline=deadline, also=balanced)[0]
 
 
-EXACT = True
 NO_L2_CENTRE = 3  # `envelope_views`' index of the centre with no L2 reuse (the centre: 0)
 
 
