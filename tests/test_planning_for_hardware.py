@@ -22,6 +22,7 @@ from dreamshard.placement.splitting import (
 )
 from dreamshard.placement.tasks import GIB, Placement, PlacementTask, shard_task
 from dreamshard.planners.for_hardware import (
+    NO_L2_KERNEL_HEAVY,
     balanced_place,
     envelope_choice,
     envelope_views,
@@ -169,6 +170,25 @@ def test_the_planners_views_see_a_plan_that_leans_on_the_l2():
     assert costs[0][0] < 0.97 * costs[0][1]  # the centre: stacked
     assert all(c[0] > 1.3 * c[1] for c in costs[3:])  # no L2 reuse: apart
     assert place(task, "dreamshard", hardware=h100).devices in ((0, 1, 0, 1), (1, 0, 1, 0))
+
+
+def test_balancing_the_kernel_heavy_view_without_l2_starts_the_wide_search_lower():
+    # wide-856 seed 104 on 64 GPUs: balanced by its tables' kernel time at the centre, the
+    # placement rates 1.015 of the best plain plan at the kernel-heavy end with no L2 reuse;
+    # balanced by theirs there, it rates lower under every view, so the search starts from it
+    task = study_task("wide-856", 104, 64, "loose")
+    h100 = load_hardware("h100-sxm")
+    options = PlanOptions(hardware=h100, topology=h100.topology_name())
+    views = envelope_views(options)
+    plain = list(plain_heuristics(task, options).values())
+    centre = balanced_place(task, views[0])
+    heavy = balanced_place(task, views[NO_L2_KERNEL_HEAVY], "heavy")
+    ratios = np.array(
+        [overall_each(v, task, [centre, heavy]) / overall_each(v, task, plain).min() for v in views]
+    )
+    assert ratios[NO_L2_KERNEL_HEAVY, 0] > 1 > ratios[:, 1].max()
+    assert (ratios[:, 1] < ratios[:, 0]).all()
+    assert heavy.candidate == "heavy" and heavy.devices != centre.devices
 
 
 def test_the_kernel_time_rule_weighs_a_column_by_its_own_kernel_time():

@@ -192,6 +192,7 @@ def envelope_splits(
 
 
 NO_L2_CENTRE = 3  # `envelope_views`' index of the centre with no L2 reuse (the centre: 0)
+NO_L2_KERNEL_HEAVY = 4  # and of the kernel-heavy end with no L2 reuse
 
 
 def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
@@ -270,7 +271,9 @@ def roofline_best(
 BALANCED = "kernel time and width balanced"  # the balanced placement's candidate name
 
 
-def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement | None:
+def balanced_place(
+    task: PlacementTask, backend: SimulatedBackend, name: str = BALANCED
+) -> Placement | None:
     """The tables placed to balance two loads at once: each table's kernel time alone by
     `backend`'s roofline (forward and backward, its per-call floor left out: a device pays one
     for all its tables) and its pooled output width (what the all-to-all sends), each over its
@@ -296,7 +299,7 @@ def balanced_place(task: PlacementTask, backend: SimulatedBackend) -> Placement 
     devices = least_load_dive(task, order, loads)
     if devices is None:
         return None
-    return Placement(tuple(devices), "dreamshard", BALANCED)
+    return Placement(tuple(devices), "dreamshard", name)
 
 
 def kernel_times(
