@@ -20,7 +20,7 @@ from dreamshard.placement.splitting import (
     choose_splits,
     memory_splits,
 )
-from dreamshard.placement.tasks import GIB, Placement, PlacementTask, shard_task
+from dreamshard.placement.tasks import GIB, Placement, PlacementTask, is_legal, shard_task
 from dreamshard.planners.for_hardware import (
     NO_L2_KERNEL_HEAVY,
     balanced_place,
@@ -170,6 +170,23 @@ def test_the_planners_views_see_a_plan_that_leans_on_the_l2():
     assert costs[0][0] < 0.97 * costs[0][1]  # the centre: stacked
     assert all(c[0] > 1.3 * c[1] for c in costs[3:])  # no L2 reuse: apart
     assert place(task, "dreamshard", hardware=h100).devices in ((0, 1, 0, 1), (1, 0, 1, 0))
+
+
+def test_where_memory_stops_the_balanced_path_the_bytes_are_balanced_too():
+    # 40 dlrm tables on 4 devices holding 85% of their bytes (one table 93% of a device):
+    # placed by kernel time and width alone, the largest tables find no room; with the bytes
+    # balanced as a third load the balanced placement has a path
+    tables = generate_tables("dlrm", 40, 6)
+    sizes = PlacementTask(tuple(tables), 4, 10**15).table_bytes()
+    task = PlacementTask(tuple(tables), 4, int(sizes.sum() / 4 / 0.85))
+    centre = envelope_views(PlanOptions(hardware=load_hardware("h100-sxm")))[0]
+    loads = np.stack([kernel_times(task, centre), [pooled_width(t) for t in tables]], 1)
+    loads = loads / (loads.sum(axis=0) / 4)
+    order = sorted(range(40), key=lambda i: (-loads[i].max(), i))
+    assert sizes.max() > 0.9 * task.memory_cap_bytes
+    assert least_load_dive(task, order, loads) is None
+    found = balanced_place(task, centre)
+    assert found is not None and is_legal(task, found)
 
 
 def test_balancing_the_kernel_heavy_view_without_l2_starts_the_wide_search_lower():
