@@ -200,6 +200,18 @@ def replica_splits(task: PlacementTask, taken: tuple[Split, ...] = ()) -> tuple[
     return tuple(chosen)
 
 
+def shard_key(
+    key: Callable[[Table], float], table: Table, split: Split | None, exact: bool = False
+) -> float:
+    """`key` of one shard of `table` cut by `split` (None: whole): the shard's own (`exact`:
+    `key` rates a shard `Table` itself), else its table's over the parts."""
+    if split is None or split.parts == 1:
+        return key(table)
+    if exact:
+        return key(split_table(table, split.kind, split.parts)[0])
+    return key(table) / split.parts
+
+
 # Under an `exact` key, a table is halved once more only if that takes at least a quarter off
 # its shard's key (a key linear in the width halves it; a GPU's kernel time of a column
 # narrower than the fewest bytes a row read costs hardly moves).
@@ -229,14 +241,8 @@ def balance_splits(
     }
     limit = {name: max_column_parts(t, task.num_devices) for name, t in tables.items()}
 
-    def shard_key(name: str, parts: int | None = None) -> float:
-        """The key of `name`'s shard as split now, or halved into `parts` columns."""
-        split = splits.get(name)
-        kind = "column" if parts or not split else split.kind
-        parts = parts or (split.parts if split else 1)
-        if exact and parts > 1:
-            return key(split_table(tables[name], kind, parts)[0])
-        return keys[name] / parts
+    def halved(name: str) -> Split:
+        return Split(name, "column", splits[name].parts * 2 if name in splits else 2)
 
     def can_halve(name: str) -> bool:
         split = splits.get(name)
@@ -244,15 +250,19 @@ def balance_splits(
         fits = split is None or (split.kind == "column" and split.parts * 2 <= cap)
         if not (fits and exact):
             return fits
-        parts = split.parts if split else 1
-        if split_problem(tables[name], "column", parts * 2):
+        table, half = tables[name], halved(name)
+        if split_problem(table, "column", half.parts):
             return False
-        return shard_key(name, parts * 2) <= HALVING_GAIN * shard_key(name)
+        now = shard_key(key, table, split, exact)
+        return shard_key(key, table, half, exact) <= HALVING_GAIN * now
 
     for name in sorted(tables, key=lambda n: (-keys[n], n)):
-        while shard_key(name) > mean and can_halve(name) and limit[name] > 1:
-            parts = splits[name].parts * 2 if name in splits else 2
-            splits[name] = Split(name, "column", parts)
+        while (
+            shard_key(key, tables[name], splits.get(name), exact) > mean
+            and can_halve(name)
+            and limit[name] > 1
+        ):
+            splits[name] = halved(name)
     return tuple(splits[t.name] for t in task.tables if t.name in splits)
 
 
@@ -283,10 +293,7 @@ def bound_variants(
             split = rule.get(table.name)
             if split in kept or (split and split.kind != "column"):
                 continue
-            if split and exact:
-                bound = key(split_table(table, "column", split.parts)[0]) > mean
-            else:
-                bound = key(table) / (split.parts if split else 1) > mean
+            bound = shard_key(key, table, split, exact) > mean
             if bound and allowed(task, table.name, kind) and not split_problem(table, kind, parts):
                 splits[table.name] = Split(table.name, kind, parts)
         found.append(tuple(splits[t.name] for t in task.tables if t.name in splits))

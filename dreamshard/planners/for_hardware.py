@@ -14,8 +14,9 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
   device cut into row ranges (`splitting.bound_variants`), the one whose heuristic placements
   and balanced placement (`balanced_split_place`) have the lowest worst ratio to the best
   plain plan over the views (`envelope_splits`), in the split choice's share of the budget;
-- the placement of the shards: the heuristics' placements and the balanced one
-  (`balanced_place`: kernel time and output width balanced at once), the one with the lowest
+- the placement of the shards: the heuristics' placements and the balanced ones
+  (`balanced_place`: kernel time, at the centre and at the kernel-heavy end with no L2 reuse,
+  and output width balanced at once), the one with the lowest
   worst ratio over the views searched on their weighted sum, the weights moved towards the
   view it does worst under and a corner of the envelope joining the views when it rates the
   plan worst, until the deadline; the answer is the plan visited with the lowest worst ratio
@@ -300,14 +301,18 @@ def balanced_place(
     loads = loads[:, totals > 0] / (totals[totals > 0] / task.num_devices)
     if not loads.size:
         return None
-    sizes = task.table_bytes()
-    with_memory = np.concatenate([loads, (sizes / (sizes.sum() / task.num_devices))[:, None]], 1)
-    for keys in (loads, with_memory):
-        order = sorted(range(len(keys)), key=lambda i: (-keys[i].max(), i))
-        devices = least_load_dive(task, order, keys)
-        if devices is not None:
-            return Placement(tuple(devices), "dreamshard", name)
-    return None
+    devices = largest_load_first(task, loads)
+    if devices is None:  # memory stopped the path: balance the bytes as well
+        sizes = task.table_bytes()
+        bytes_load = sizes / (sizes.sum() / task.num_devices)
+        devices = largest_load_first(task, np.concatenate([loads, bytes_load[:, None]], 1))
+    return None if devices is None else Placement(tuple(devices), "dreamshard", name)
+
+
+def largest_load_first(task: PlacementTask, loads: np.ndarray) -> list[int] | None:
+    """`packing.least_load_dive` of the tables by their largest load [T, K], largest first."""
+    order = sorted(range(len(loads)), key=lambda i: (-loads[i].max(), i))
+    return least_load_dive(task, order, loads)
 
 
 def kernel_times(
