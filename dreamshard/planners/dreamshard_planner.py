@@ -47,7 +47,7 @@ from dreamshard.placement.tasks import (
 from dreamshard.planners.device_search import costnet_model, device_search
 from dreamshard.planners.for_hardware import (
     BALANCED,
-    NO_L2_KERNEL_HEAVY,
+    KERNEL_HEAVIEST,
     balanced_place,
     corner_views,
     envelope_choice,
@@ -419,21 +419,26 @@ class DreamShardMethod(BasePlanner):
 def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placement:
     """For a GPU file: the heuristics' placements of the shards and the balanced ones
     (`for_hardware.balanced_place`, each table's kernel time at the centre and at the
-    kernel-heavy end with no L2 reuse), the one with the lowest worst ratio over the
-    envelope's views searched until the deadline, the answer weighed at every corner too
-    (`for_hardware.roofline_best`). The kernel-heavy one weighs hot tables more, as that view
-    does: on 9 wide tasks (856 tables on 64 and 128 GPUs) it took TorchRec's estimator from
-    0.90-0.95 of the best plain plan to 0.85-0.92 on 8 of them (the ninth 0.901 -> 0.908) and
-    the roofline's centre lower on all 9; on 7 dlrm tasks it changed one plan (exploratory,
-    2026-12-07; the envelope studies have the figures).
+    kernel-heavy end with no L2 reuse and the dearest narrow rows, `KERNEL_HEAVIEST`), the one
+    with the lowest worst ratio over the envelope's views searched until the deadline, the
+    answer weighed at every corner too (`for_hardware.roofline_best`). The kernel-heavy one
+    weighs hot tables more, as that view does: on 9 wide tasks (856 tables on 64 and 128 GPUs)
+    it took TorchRec's estimator from 0.90-0.95 of the best plain plan to 0.85-0.92 on 8 of
+    them (the ninth 0.901 -> 0.908) and the roofline's centre lower on all 9; on 7 dlrm tasks
+    it changed one plan (exploratory, 2026-12-07, its rows then central). With its narrow rows
+    at their dearest too (`for_hardware.DEAREST_ROWS`) the search starts where both judges'
+    narrow-row prices are balanced, and settles there: of 16 wide loose tasks TorchRec's
+    estimator 0.852 -> 0.802 (geometric mean), the roofline's centre 0.676 -> 0.703; a start
+    from that view alone, the views as they were, 0.809 / 0.698 (exploratory, 2026-12-07; the
+    envelope studies have the figures).
     The policy's episodes are not weighed: trained on this CPU's costs, none was the roofline's
     pick in any of the envelope study's 48 answers at commit 7897dd2, and their rollout took a
     tenth of the second the search needs at 856 tables on 128 devices."""
     candidates, failure = heuristic_candidates(task)
     views = envelope_views(options)
     candidates.append(balanced_place(task, views[0]))
-    heavy = views[NO_L2_KERNEL_HEAVY]
-    candidates.append(balanced_place(task, heavy, f"{BALANCED}, kernel-heavy with no L2 reuse"))
+    heavy = views[KERNEL_HEAVIEST]
+    candidates.append(balanced_place(task, heavy, f"{BALANCED}, kernel-heavy, dearest reads"))
     candidates = [c for c in candidates if c is not None and is_legal(task, c)]
     if not candidates:
         raise failure or InfeasibleError("no legal placement of the shards")

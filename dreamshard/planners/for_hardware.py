@@ -7,15 +7,16 @@ was here to measure them, so for a GPU file (`costs.hardware`) the planner rates
 with the file's roofline on its links (`costs.roofline`, the `simulated` backend's model):
 
 - the views: the roofline at the centre, at the envelope's two far ends (`far_corners`), and
-  at the centre and the kernel-heavy end with no L2 reuse (`NO_L2_REUSE`: the model's least
-  certain term at its other end) (`envelope_views`);
+  at the centre with no L2 reuse (`NO_L2_REUSE`: the model's least certain term at its other
+  end) and at the kernel-heavy end with no L2 reuse and narrow rows at their dearest
+  (`DEAREST_ROWS`) (`envelope_views`);
 - the splits: among the same `candidate_splits`, the first after the memory splits being the
   balance rule under each table's kernel time (`kernel_times`) with a table that alone bounds a
   device cut into row ranges (`splitting.bound_variants`), the one whose heuristic placements
   and balanced placement (`balanced_split_place`) have the lowest worst ratio to the best
   plain plan over the views (`envelope_splits`), in the split choice's share of the budget;
 - the placement of the shards: the heuristics' placements and the balanced ones
-  (`balanced_place`: kernel time, at the centre and at the kernel-heavy end with no L2 reuse,
+  (`balanced_place`: kernel time, at the centre and at the dearest kernel-heavy view,
   and output width balanced at once), the one with the lowest
   worst ratio over the views searched on their weighted sum, the weights moved towards the
   view it does worst under and a corner of the envelope joining the views when it rates the
@@ -127,6 +128,16 @@ EXCHANGE_HEAVY = {
 # (`envelope_views`), so a plan that leans on the L2 (hot tables together) is a risk it sees.
 NO_L2_REUSE = {"l2_bytes": 0.0}
 
+# A narrow row's cost is the kernel's other uncertain term: a read of fewer bytes than a memory
+# transaction costs the transaction (`row_bytes_min`, 32 to 128 bytes in the GPU files; TorchRec's
+# estimator charges a dim under 64 as 32 dims x 1.75, 112 bytes in fp16). The planner's
+# kernel-heavy view with no L2 reuse takes it at the file's high end too (`envelope_views`), and
+# its balanced start with it (`dreamshard_planner.roofline_shards_place`): of 16 wide tasks (856
+# tables on 64/128 GPUs, loose memory) TorchRec's estimator rated the plans 0.802 of the best
+# plain plan (geometric mean) this way and 0.852 with central rows, the roofline's centre 0.703
+# and 0.676 (exploratory, 2026-12-07; the envelope studies have the figures).
+DEAREST_ROWS = "row_bytes_min"
+
 
 def far_corners(hardware: Hardware) -> list[dict[str, float]]:
     """The exchange-heavy and the kernel-heavy corners of the file's envelope (constants the
@@ -193,17 +204,19 @@ def envelope_splits(
 
 
 NO_L2_CENTRE = 3  # `envelope_views`' index of the centre with no L2 reuse (the centre: 0)
-NO_L2_KERNEL_HEAVY = 4  # and of the kernel-heavy end with no L2 reuse
+KERNEL_HEAVIEST = 4  # and of the kernel-heavy end with no L2 reuse and the dearest rows
 
 
 def envelope_views(options: PlanOptions) -> list[SimulatedBackend]:
     """The roofline at the file's centre and at the envelope's two far ends (`far_corners`),
-    then at the centre and the kernel-heavy end with no L2 reuse (`NO_L2_REUSE`), on the
-    options' links: the views the planner weighs a placement under."""
+    then at the centre with no L2 reuse (`NO_L2_REUSE`) and at the kernel-heavy end with no L2
+    reuse and a row's fewest bytes at the file's high end (`DEAREST_ROWS`), on the options'
+    links: the views the planner weighs a placement under."""
     hardware = planning_hardware(options)
     far = far_corners(hardware)
     points = [hardware, *(hardware.at(c) for c in far)]
-    points += [hardware.at(NO_L2_REUSE), hardware.at({**far[1], **NO_L2_REUSE})]
+    dearest = {DEAREST_ROWS: hardware.constants[DEAREST_ROWS].high}
+    points += [hardware.at(NO_L2_REUSE), hardware.at({**far[1], **NO_L2_REUSE, **dearest})]
     return [point_backend(point, options.topology) for point in points]
 
 
