@@ -443,7 +443,7 @@ def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placemen
     if not candidates:
         raise failure or InfeasibleError("no legal placement of the shards")
     corners = corner_views(planning_hardware(options), options.topology)
-    return roofline_best(task, candidates, views, options.until(), corners)
+    return roofline_best(task, candidates, views, options.until(), corners, (KERNEL_HEAVIEST,))
 
 
 def on_topology(model: DreamShardModel, topology: str | None) -> DreamShardModel:
