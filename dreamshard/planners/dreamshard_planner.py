@@ -427,10 +427,11 @@ def roofline_shards_place(task: PlacementTask, options: PlanOptions) -> Placemen
     them (the ninth 0.901 -> 0.908) and the roofline's centre lower on all 9; on 7 dlrm tasks
     it changed one plan (exploratory, 2026-12-07, its rows then central). With its narrow rows
     at their dearest too (`for_hardware.DEAREST_ROWS`) the search starts where both judges'
-    narrow-row prices are balanced, and settles there: of 16 wide loose tasks TorchRec's
-    estimator 0.852 -> 0.802 (geometric mean), the roofline's centre 0.676 -> 0.703; a start
-    from that view alone, the views as they were, 0.809 / 0.698 (exploratory, 2026-12-07; the
-    envelope studies have the figures).
+    narrow-row prices are balanced, and settles near: of 16 wide loose tasks TorchRec's
+    estimator 0.852 -> 0.808 (geometric mean), the roofline's centre 0.676 -> 0.701
+    (exploratory, 2026-12-07; the envelope studies have the figures). That view leads the
+    search but only breaks near-ties in its answer (`KERNEL_HEAVIEST` is `roofline_best`'s
+    secondary view).
     The policy's episodes are not weighed: trained on this CPU's costs, none was the roofline's
     pick in any of the envelope study's 48 answers at commit 7897dd2, and their rollout took a
     tenth of the second the search needs at 856 tables on 128 devices."""

@@ -132,10 +132,13 @@ NO_L2_REUSE = {"l2_bytes": 0.0}
 # transaction costs the transaction (`row_bytes_min`, 32 to 128 bytes in the GPU files; TorchRec's
 # estimator charges a dim under 64 as 32 dims x 1.75, 112 bytes in fp16). The planner's
 # kernel-heavy view with no L2 reuse takes it at the file's high end too (`envelope_views`), and
-# its balanced start with it (`dreamshard_planner.roofline_shards_place`): of 16 wide tasks (856
-# tables on 64/128 GPUs, loose memory) TorchRec's estimator rated the plans 0.802 of the best
-# plain plan (geometric mean) this way and 0.852 with central rows, the roofline's centre 0.703
-# and 0.676 (exploratory, 2026-12-07; the envelope studies have the figures).
+# its balanced start with it (`dreamshard_planner.roofline_shards_place`); outside the envelope,
+# that view only breaks near-ties in the search's answer (`roofline_best`'s `secondary`). Of 16
+# wide tasks (856 tables on 64/128 GPUs, loose memory) TorchRec's estimator rated the plans 0.808
+# of the best plain plan (geometric mean) this way and 0.852 with central rows, the roofline's
+# centre 0.701 and 0.676; with the start alone (the view as it was) 0.809 and 0.698, but one
+# wide binding task went to 1.07 by TorchRec's estimator (exploratory, 2026-12-07; the envelope
+# studies have the figures).
 DEAREST_ROWS = "row_bytes_min"
 
 
