@@ -20,9 +20,10 @@ with the file's roofline on its links (`costs.roofline`, the `simulated` backend
   and output width balanced at once), the one with the lowest
   worst ratio over the views searched on their weighted sum, the weights moved towards the
   view it does worst under and a corner of the envelope joining the views when it rates the
-  plan worst, until the deadline; the answer is the plan visited with the lowest worst ratio
-  over the views and all the corners (`roofline_best`). The learned policy is not weighed (it
-  learned the CPU; `dreamshard_planner.roofline_shards_place` says why);
+  plan worst, until the deadline; the answer is the plan, of the candidates and the rounds',
+  with the lowest worst ratio over the views and all the corners, the dearest-rows view
+  (outside the envelope) only breaking near-ties (`roofline_best`). The learned policy is
+  not weighed (it learned the CPU; `dreamshard_planner.roofline_shards_place` says why);
 - the envelope guard (`envelope_choice`): the plan is weighed against the plain heuristics'
   plans (`PlainHeuristic`: whole tables where memory allows, what a user gets without a
   planner) at the file's centre and at every corner of its envelope (`Hardware.corners`),
