@@ -246,7 +246,7 @@ def roofline_best(
     under after each round (`BLEND_ROUNDS`, `MAX_BLEND_ROUNDS`): a search for the plan whose
     worst ratio over the views is lowest, which one weighted sum alone does not find. A point
     of `judged` (the envelope's corners) that rates a round's plan worst of all joins the
-    views. The answer is the plan, of the start and each round's, with the lowest worst ratio
+    views. The answer is the plan, of the candidates and each round's, with the lowest worst ratio
     over `views` and `judged` together: a search led by a few views can drift to a plan a
     corner rates much dearer (428 dlrm tables on 128 GPUs, binding memory, seed 105: 1.11 of
     the best plain plan after four rounds on the five views). The views indexed by `secondary`
@@ -263,10 +263,12 @@ def roofline_best(
     current, steps = candidates[start], 0
     active, weights = list(range(len(views))), np.ones(len(views))
     primary = [i for i in range(len(points)) if i not in secondary]
-    # (plan, worst ratio over the primary points, over all, search steps to it)
-    visited = [
-        (c, float(r[primary].max()), float(r.max()), 0) for c, r in zip(candidates, ratios.T)
-    ]
+
+    def seen_at(plan: Placement, at: np.ndarray, taken: int) -> tuple:
+        """(plan, its worst ratio over the primary points, over all, search steps to it)"""
+        return plan, float(at[primary].max()), float(at.max()), taken
+
+    visited = [seen_at(c, r, 0) for c, r in zip(candidates, ratios.T)]
     idle = 0  # rounds in a row that found no move
     for done in range(MAX_BLEND_ROUNDS):
         if deadline.passed() or idle == 2:
@@ -280,7 +282,7 @@ def roofline_best(
         steps += found
         idle = 0 if found else idle + 1
         at = np.array([v.overall_many(task, [current])[0] for v in points]) / scale
-        visited.append((current, float(at[primary].max()), float(at.max()), steps))
+        visited.append(seen_at(current, at, steps))
         worst = int(at.argmax())
         if worst not in active:  # a corner the search did not weigh rates it worst: weigh it
             active.append(worst)
