@@ -90,61 +90,83 @@ BUILDERS = {"fbgemm": _fbgemm, "simulated": _simulated, "dmp": _dmp, JUDGES[0]: 
 def describe_costs(config: dict) -> str:
     """How a backend's costs were made, in words: hardware, precision, communication."""
     name = config.get("backend", "?")
-    if name == "fbgemm":
-        device = config.get("device", "?")
-        precision = "fp16" if device == "cuda" else "fp32"
-        topology = config.get("topology", "?")
-        comm = (
-            "all-to-all measured (torchrun)"
-            if topology == "measured"
-            else f"all-to-all modeled ({topology} topology)"
-        )
-        return (
-            f"fbgemm backend (measured): fused kernels timed on {device}, {precision} weights; "
-            f"{comm}"
-        )
-    if name == "simulated" and "hardware" in config:
+    describe = DESCRIBERS.get(name)
+    return describe(config) if describe is not None else f"{name} backend"
+
+
+def _precision(config: dict) -> tuple[str, str]:
+    """(device, weights' precision) of a backend that ran on `config`'s device."""
+    device = config.get("device", "?")
+    return device, "fp16" if device == "cuda" else "fp32"
+
+
+def _describe_fbgemm(config: dict) -> str:
+    device, precision = _precision(config)
+    topology = config.get("topology", "?")
+    comm = (
+        "all-to-all measured (torchrun)"
+        if topology == "measured"
+        else f"all-to-all modeled ({topology} topology)"
+    )
+    return (
+        f"fbgemm backend (measured): fused kernels timed on {device}, {precision} weights; {comm}"
+    )
+
+
+def _describe_simulated(config: dict) -> str:
+    comm = f"all-to-all modeled ({config.get('topology', '?')} topology)"
+    if "hardware" in config:
+        hardware = config["hardware"]
         return (
             f"simulated backend (not measured): the GPU kernel roofline of hardware file "
-            f"{config['hardware']['name']} (sha256 {config['hardware']['sha256'][:12]}); "
-            f"all-to-all modeled ({config.get('topology', '?')} topology)"
+            f"{hardware['name']} (sha256 {hardware['sha256'][:12]}); {comm}"
         )
-    if name == "simulated":
-        return (
-            "simulated backend (not measured): the analytic cost model fitted to fbgemm CPU "
-            f"measurements; all-to-all modeled ({config.get('topology', '?')} topology)"
+    return (
+        "simulated backend (not measured): the analytic cost model fitted to fbgemm CPU "
+        f"measurements; {comm}"
+    )
+
+
+def _describe_estimator(config: dict) -> str:
+    hardware = config.get("hardware")
+    which = hardware["name"] if isinstance(hardware, dict) else "TorchRec's default"
+    return (
+        f"TorchRec's EmbeddingPerfEstimator (not measured) with {which} constants; "
+        "communication modeled by TorchRec"
+    )
+
+
+def _describe_dmp(config: dict) -> str:
+    clocks = load_object(f"{DMP}:CLOCKS")
+    device, precision = _precision(config)
+    steps = config.get("steps", {})
+    group = "NCCL" if device == "cuda" else "gloo"
+    return (
+        f"dmp backend (measured): real TorchRec training steps (DistributedModelParallel, "
+        f"fused kernels and optimizer, dense tower, all-to-alls) under torchrun, one rank "
+        f"per device on {device} ({group}), {precision} weights; the slowest rank's median "
+        f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up "
+        f"({clocks[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
+        "into terms)"
+        + (", each rank bound to a core of its own" if steps.get("pin") else "")
+        + (
+            "; the plans' steps interleaved one by one"
+            if steps.get("interleave") == "steps"
+            else "; each plan's steps in a turn of their own"
         )
-    if name in JUDGES:
-        hardware = config.get("hardware")
-        which = hardware["name"] if isinstance(hardware, dict) else "TorchRec's default"
-        return (
-            f"TorchRec's EmbeddingPerfEstimator (not measured) with {which} constants; "
-            "communication modeled by TorchRec"
+        + (
+            f"; a label: the median over {config['rounds']} interleaved rounds beside the "
+            f"task's {config['reference']} plan"
+            if "rounds" in config
+            else ""
         )
-    if name == "dmp":
-        clocks = load_object(f"{DMP}:CLOCKS")
-        device = config.get("device", "?")
-        steps = config.get("steps", {})
-        precision = "fp16" if device == "cuda" else "fp32"
-        group = "NCCL" if device == "cuda" else "gloo"
-        return (
-            f"dmp backend (measured): real TorchRec training steps (DistributedModelParallel, "
-            f"fused kernels and optimizer, dense tower, all-to-alls) under torchrun, one rank "
-            f"per device on {device} ({group}), {precision} weights; the slowest rank's median "
-            f"of {steps.get('steps', '?')} steps after {steps.get('warmup', '?')} warm-up "
-            f"({clocks[steps.get('clock', 'wall')]}), the whole step in fwd_comp (not split "
-            "into terms)"
-            + (", each rank bound to a core of its own" if steps.get("pin") else "")
-            + (
-                "; the plans' steps interleaved one by one"
-                if steps.get("interleave") == "steps"
-                else "; each plan's steps in a turn of their own"
-            )
-            + (
-                f"; a label: the median over {config['rounds']} interleaved rounds beside the "
-                f"task's {config['reference']} plan"
-                if "rounds" in config
-                else ""
-            )
-        )
-    return f"{name} backend"
+    )
+
+
+# a backend's name -> its config (`CostBackend.config()`, or one stored in a record) in words
+DESCRIBERS = {
+    "fbgemm": _describe_fbgemm,
+    "simulated": _describe_simulated,
+    "dmp": _describe_dmp,
+    JUDGES[0]: _describe_estimator,
+}
