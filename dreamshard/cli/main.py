@@ -340,7 +340,32 @@ def build_parser() -> argparse.ArgumentParser:
         description="Place embedding tables on devices so that training runs fast (DreamShard).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from dreamshard.cli.costs import add_cost_commands
+    from dreamshard.cli.plans import add_plan_commands
+    from dreamshard.cli.train import (
+        add_pretrain_command,
+        add_train_command,
+        add_train_rnn_command,
+    )
 
+    add_tables_commands(sub)
+    add_suite_commands(sub)
+    add_place_command(sub)
+    add_cost_commands(sub)
+    add_plan_commands(sub)
+    add_train_command(sub)
+    add_train_rnn_command(sub)
+    add_pretrain_command(sub)
+
+    methods = sub.add_parser("methods", help="list the placement methods --method accepts")
+    methods.set_defaults(func=cmd_methods)
+
+    add_demo_command(sub)
+    return parser
+
+
+def add_tables_commands(sub) -> None:
+    """`tables generate` and `tables show`."""
     tables = sub.add_parser("tables", help="generate or inspect embedding tables")
     tsub = tables.add_subparsers(dest="tables_command", required=True, metavar="ACTION")
     gen = tsub.add_parser(
@@ -370,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     table_source_options(show)
     show.set_defaults(func=cmd_tables_show)
 
+
+def add_suite_commands(sub) -> None:
+    """`suite make` and `suite show`."""
     suite = sub.add_parser("suite", help="make or inspect a task suite (train/test tasks)")
     ssub = suite.add_subparsers(dest="suite_command", required=True, metavar="ACTION")
     make = ssub.add_parser("make", help="build a named suite such as dlrm-50x4 and save it")
@@ -382,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     sshow.add_argument("suite")
     sshow.set_defaults(func=cmd_suite_show)
 
+
+def add_place_command(sub) -> None:
+    """`place`: a plan of a table file, refined, checked against constraints, written."""
     pl = sub.add_parser("place", help="place tables on devices and write the plan")
     pl.add_argument("--tables", required=True, help="table file (.csv, .json, .pt, .pt.gz)")
     pl.add_argument("--devices", type=positive(int), required=True, help="number of devices")
@@ -511,23 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     table_source_options(pl)
     pl.set_defaults(func=cmd_place)
 
-    from dreamshard.cli.costs import add_cost_commands
-    from dreamshard.cli.plans import add_plan_commands
-    from dreamshard.cli.train import (
-        add_pretrain_command,
-        add_train_command,
-        add_train_rnn_command,
-    )
 
-    add_cost_commands(sub)
-    add_plan_commands(sub)
-    add_train_command(sub)
-    add_train_rnn_command(sub)
-    add_pretrain_command(sub)
-
-    methods = sub.add_parser("methods", help="list the placement methods --method accepts")
-    methods.set_defaults(func=cmd_methods)
-
+def add_demo_command(sub) -> None:
+    """`demo`: every planner on a few test tasks, measured and compared."""
     demo = sub.add_parser(
         "demo",
         help="a quick comparison: place a suite's test tasks with every planner, measure, "
@@ -546,7 +563,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--iterations", type=positive(int), help="timed iterations (default 15)")
     demo.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
