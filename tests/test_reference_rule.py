@@ -135,3 +135,17 @@ def test_the_tunes_candidates_include_plans_on_torchrecs_layout(user):
     assert on_layout and len(on_layout) < 6  # taken in turn with the method's own
     for placement in on_layout:
         assert {s.table for s in placement.splits} == replicated
+
+
+def test_the_tunes_candidates_have_distinct_names():
+    """On this held-out task the method's best heuristic plan (one table data-parallel) and
+    the whole-table heuristic of the same key are two plans called "heuristic dim"; a tune's
+    report must tell every candidate apart."""
+    task = make_suite(parse_suite_name("cpu-24x2", 1, 9)).test_tasks[8]
+    other = user_model(task)
+    plans = other.planner().candidate_plans(other.module, other.sharders, k=6)
+    names = [name for name, _ in plans]
+    keys = {plan_key(other.task, read(other, plan)) for _, plan in plans}
+    assert len(keys) == len(plans) == 6  # six different plans
+    assert sum(name.startswith("heuristic dim") and "layout" not in name for name in names) == 2
+    assert len(set(names)) == 6, names

@@ -32,6 +32,7 @@ from dreamshard.integrations.rank_zero import on_rank_zero
 from dreamshard.integrations.reference_plan import (
     TORCHREC_SHARE,
     Reference,
+    distinct_name,
     heuristic_reference,
     interleaved,
     on_layout,
@@ -275,7 +276,8 @@ class DreamShardPlanner(ShardingPlanner):
         reference's layout (its replicas and splits kept, the other tables placed again by the
         method and the heuristics: `on_layout`) and the method's own candidates, its plan first
         (`BasePlanner.candidates`), followed by the whole-table heuristics, cheapest predicted
-        first; the method's alone where neither reference is a legal plan of the task."""
+        first; the method's alone where neither reference is a legal plan of the task. Names
+        are distinct (`distinct_name`: a repeated one numbered)."""
         sharders = sharders or default_sharders()
         tables = self.tables(module)
         task = self.task(module, sharders, tables)
@@ -300,7 +302,8 @@ class DreamShardPlanner(ShardingPlanner):
             key = plan_key(task, placement)
             if len(plans) < k and key not in seen:
                 seen.add(key)
-                plans.append((name, placement, made))
+                taken = {name for name, _, _ in plans}
+                plans.append((distinct_name(name, taken), placement, made))
         return [
             (name, made or self.sharding_plan(module, sharders, task, placement, tables))
             for name, placement, made in plans

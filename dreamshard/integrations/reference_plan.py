@@ -214,6 +214,16 @@ def interleaved(first: list, second: list) -> list:
     return out
 
 
+def distinct_name(name: str, taken: set[str]) -> str:
+    """`name`, or where another candidate has it already (two methods may give different
+    plans one name: "heuristic dim" of the method's candidates and of the whole-table
+    heuristics), `name` numbered: "heuristic dim #2"."""
+    said, n = name, 2
+    while said in taken:
+        said, n = f"{name} #{n}", n + 1
+    return said
+
+
 def heuristic_on(method: str, task: PlacementTask) -> Placement:
     """Heuristic `method`'s placement of `task` with the splits its constraints ask for."""
     return replace(place(task, method, split="auto"), candidate=f"heuristic {method}")
