@@ -19,33 +19,22 @@ from dreamshard.costs.fanout import Fanout, Measured, launches, measuring_setups
 from dreamshard.costs.host_lock import measurement_lock
 from dreamshard.costs.types import CostBackend, PlacementCost
 from dreamshard.errors import DreamshardError, InfeasibleError
-from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place, random_place
+from dreamshard.placement.heuristics import HEURISTIC_KEYS
 from dreamshard.placement.planner import SeededPlanner
+from dreamshard.placement.registry import method_names, named_planner
 from dreamshard.placement.splitting import balance_splits, memory_splits, row_variant, split_place
 from dreamshard.placement.suites import Suite
 from dreamshard.placement.tasks import Placement, PlacementTask
 from dreamshard.progress import Progress
 from dreamshard.tables.shards import Split, split_problem
 
-# The whole-table placing rules each mix draws on: random placement and the paper's four
-# greedy heuristics (`placement.heuristics`: the rules of the registered `random` and heuristic
-# planners, taken here without the registry, which reaches the planners' stage above this one).
-HEURISTICS = tuple(HEURISTIC_KEYS)
+# The registered planners each mix draws on, by kind.
 MIXES = {
-    "random": ("random",),
-    "heuristic": HEURISTICS,
-    "mixed": ("random", *HEURISTICS),
-    "split": ("random", *HEURISTICS),  # the same rules, each placing split tables
+    "random": ("baseline",),
+    "heuristic": ("heuristic",),
+    "mixed": ("baseline", "heuristic"),
+    "split": ("baseline", "heuristic"),  # the same planners, each placing split tables
 }
-
-
-def whole_table_planner(method: str) -> SeededPlanner:
-    """The placing rule named `method` (random, or a heuristic's key) as `(task, seed) ->
-    Placement`, whole tables; a heuristic ignores the seed."""
-    if method == "random":
-        return random_place
-    return lambda task, _seed: greedy_place(task, method)
-
 
 # What the "split" mix cuts, attempt i taking SPLIT_SHAPES[i % 3]: the balance rule's column
 # halvings, the same stopped at two shards a table, or its tables cut row-wise over all devices
@@ -81,14 +70,14 @@ def collection_jobs(
     """
     if mix not in MIXES:
         raise DreamshardError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
-    methods = MIXES[mix]
-    planners = {method: whole_table_planner(method) for method in methods}
+    methods = method_names(*MIXES[mix])
+    planners = {method: named_planner(method) for method in methods}  # whole tables
     tasks = suite.train_tasks
     seen: set[tuple[str, tuple[int, ...]]] = set()
     # A heuristic places whole tables by its key alone (the seed unused), so each later pass
     # would place a task as the first did; tried once, its answer is a duplicate after that.
     # (Most of a 2,000-placement prior's time went on such repeats.)
-    unseeded = set(HEURISTICS) if mix != "split" else set()
+    unseeded = set(method_names("heuristic")) if mix != "split" else set()
     tried: set[tuple] = set()
     for i in range(10 * count):
         if len(seen) == count:
