@@ -139,8 +139,8 @@ def test_the_tunes_candidates_include_plans_on_torchrecs_layout(user):
 
 def test_the_tunes_candidates_have_distinct_names():
     """On this held-out task the method's best heuristic plan (one table data-parallel) and
-    the whole-table heuristic of the same key are two plans called "heuristic dim"; a tune's
-    report must tell every candidate apart."""
+    the whole-table heuristic of the same key are two different "heuristic dim" plans; a
+    tune's report must tell every candidate apart."""
     task = make_suite(parse_suite_name("cpu-24x2", 1, 9)).test_tasks[8]
     other = user_model(task)
     plans = other.planner().candidate_plans(other.module, other.sharders, k=6)

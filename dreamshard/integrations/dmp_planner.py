@@ -297,13 +297,14 @@ class DreamShardPlanner(ShardingPlanner):
         if reference is not None:
             first = [(reference.name, reference.placement, reference.sharding_plan)]
             layout = on_layout(task, reference, lambda t: self._planner.place(t, options), predict)
-        plans, seen = [], set()
+        plans, seen, taken = [], set(), set()
         for name, placement, made in [*first, *map(entry, interleaved(layout, own))]:
             key = plan_key(task, placement)
             if len(plans) < k and key not in seen:
                 seen.add(key)
-                taken = {name for name, _, _ in plans}
-                plans.append((distinct_name(name, taken), placement, made))
+                name = distinct_name(name, taken)
+                taken.add(name)
+                plans.append((name, placement, made))
         return [
             (name, made or self.sharding_plan(module, sharders, task, placement, tables))
             for name, placement, made in plans

@@ -215,9 +215,9 @@ def interleaved(first: list, second: list) -> list:
 
 
 def distinct_name(name: str, taken: set[str]) -> str:
-    """`name`, or where another candidate has it already (two methods may give different
-    plans one name: "heuristic dim" of the method's candidates and of the whole-table
-    heuristics), `name` numbered: "heuristic dim #2"."""
+    """`name`, or where another candidate has it already (the candidates come from the
+    reference, its layout, the method and the heuristics, each naming its own), `name`
+    numbered: "heuristic dim #2"."""
     said, n = name, 2
     while said in taken:
         said, n = f"{name} #{n}", n + 1

@@ -397,17 +397,18 @@ class DreamShardMethod(BasePlanner):
         options = self.started(task, options)
         own = (lambda: self.splits(task, options)) if options.split == "auto" else None
         splits = planned_splits(task, task.constraints, own)
-        if pinned_shards(shard_task(task, splits), splits):  # a fixed layout: its one plan
-            return [self.place(task, options)]
-        shards = shard_task(task, splits)
         suffix = f" ({len(splits)} tables split)" if splits else ""  # apart from whole tables'
+
+        def named(p: Placement) -> Placement:
+            return replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
+
+        shards = shard_task(task, splits)
+        if pinned_shards(shards, splits):  # a fixed layout: its one plan
+            return [named(self.place(task, options))]
         ranked = ranked_candidates(
             shards, options.model, options.samples, options.seed, options.until()
         )[:top]
-        return [
-            replace(p, splits=splits, candidate=(p.candidate or p.method) + suffix)
-            for p, _ in ranked
-        ]
+        return [named(p) for p, _ in ranked]
 
     def predict(self, task: PlacementTask, placement: Placement, options: PlanOptions) -> float:
         if planning_hardware(options) is not None:
