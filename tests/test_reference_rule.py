@@ -126,15 +126,51 @@ def test_the_tunes_candidates_include_plans_on_torchrecs_layout(user):
     torchrec = user.torchrec(4.0)[0]
     replicated = {s.table for s in torchrec.splits if s.kind == "replica"}
     assert replicated  # TorchRec's CPU plan replicates the small tables
-    plans = user.planner().candidate_plans(user.module, user.sharders, k=6)
+    plans = user.planner().candidate_plans(user.module, user.sharders, k=9)
     names = [name for name, _ in plans]
     found = [read(user, plan) for _, plan in plans]
     assert names[0] == "torchrec" and layout(found[0]) == layout(torchrec)
-    assert len(plans) == 6 and len({plan_key(user.task, p) for p in found}) == 6
+    assert len(plans) == 9 and len({plan_key(user.task, p) for p in found}) == 9
     on_layout = [p for name, p in zip(names, found) if name.endswith("on torchrec's layout")]
-    assert on_layout and len(on_layout) < 6  # taken in turn with the method's own
+    assert on_layout and len(on_layout) < 5  # taken in turn with the method's own
     for placement in on_layout:
         assert {s.table for s in placement.splits} == replicated
+
+
+def test_the_tunes_candidates_make_more_of_torchrecs_smallest_tables_data_parallel(user):
+    """After TorchRec's plan come its plan with a fifth, 30% and 40% of its whole tables, the
+    smallest by rows x dim, data-parallel too, every other table where TorchRec put it; a table
+    the user keeps whole stays whole."""
+    from dataclasses import replace
+
+    from dreamshard.integrations.reference_plan import Reference, more_replicas
+    from dreamshard.placement.constraints import Constraints
+    from dreamshard.placement.tasks import placement_task
+
+    torchrec = user.torchrec(4.0)[0]
+    replicated = {s.table for s in torchrec.splits}
+    where = dict(
+        zip((t.name for t in placement_task(user.task, torchrec).tables), torchrec.devices)
+    )
+    whole = sorted(
+        (t for t in user.task.tables if t.name not in replicated), key=lambda t: t.rows * t.dim
+    )
+    plans = user.planner().candidate_plans(user.module, user.sharders, k=6)
+    more = [(name, read(user, plan)) for name, plan in plans if "data-parallel" in name]
+    counts = [round(share * len(whole)) for share in (0.2, 0.3, 0.4)]
+    assert [name for name, _ in more] == [f"torchrec + {n} tables data-parallel" for n in counts]
+    for (_, placement), count in zip(more, counts):
+        made = {s.table for s in placement.splits} - replicated
+        assert made == {t.name for t in whole[:count]}  # the smallest, and only they
+        assert all(s.kind == "replica" and s.parts == 2 for s in placement.splits)
+        for shard, device in zip(placement_task(user.task, placement).tables, placement.devices):
+            if shard.name in where:  # every table TorchRec placed stays where it put it
+                assert device == where[shard.name]
+    smallest = whole[0].name
+    kept = replace(user.task, constraints=Constraints(no_split=(smallest,)))
+    reference = Reference("torchrec", torchrec, None, "", 0.0)
+    for placement in more_replicas(kept, reference):
+        assert smallest not in {s.table for s in placement.splits}
 
 
 def test_the_tunes_candidates_have_distinct_names():
@@ -143,9 +179,9 @@ def test_the_tunes_candidates_have_distinct_names():
     tune's report must tell every candidate apart."""
     task = make_suite(parse_suite_name("cpu-24x2", 1, 9)).test_tasks[8]
     other = user_model(task)
-    plans = other.planner().candidate_plans(other.module, other.sharders, k=6)
+    plans = other.planner().candidate_plans(other.module, other.sharders, k=9)
     names = [name for name, _ in plans]
     keys = {plan_key(other.task, read(other, plan)) for _, plan in plans}
-    assert len(keys) == len(plans) == 6  # six different plans
+    assert len(keys) == len(plans) == 9  # nine different plans
     assert sum(name.startswith("heuristic dim") and "layout" not in name for name in names) == 2
-    assert len(set(names)) == 6, names
+    assert len(set(names)) == 9, names

@@ -35,6 +35,7 @@ from dreamshard.integrations.reference_plan import (
     distinct_name,
     heuristic_reference,
     interleaved,
+    more_replicas,
     on_layout,
     plan_key,
     reference_budget,
@@ -272,12 +273,14 @@ class DreamShardPlanner(ShardingPlanner):
     def candidate_plans(self, module, sharders=None, k: int = 4) -> list[tuple[str, object]]:
         """At most `k` distinct plans worth measuring on the user's model (`tune`), each
         `(name, ShardingPlan)`: the reference first (TorchRec's own plan, else the best
-        whole-table heuristic by the method's model), then, taken in turn, plans on the
-        reference's layout (its replicas and splits kept, the other tables placed again by the
-        method and the heuristics: `on_layout`) and the method's own candidates, its plan first
-        (`BasePlanner.candidates`), followed by the whole-table heuristics, cheapest predicted
-        first; the method's alone where neither reference is a legal plan of the task. Names
-        are distinct (`distinct_name`: a repeated one numbered)."""
+        whole-table heuristic by the method's model), then, taken in turn, the reference with
+        more of its smallest tables data-parallel (`more_replicas`) and the rest: themselves
+        taken in turn, plans on the reference's layout (its replicas and splits kept, the other
+        tables placed again by the method and the heuristics: `on_layout`) and the method's own
+        candidates, its plan first (`BasePlanner.candidates`), followed by the whole-table
+        heuristics, cheapest predicted first; the method's alone where neither reference is a
+        legal plan of the task. Names are distinct (`distinct_name`: a repeated one
+        numbered)."""
         sharders = sharders or default_sharders()
         tables = self.tables(module)
         task = self.task(module, sharders, tables)
@@ -293,12 +296,14 @@ class DreamShardPlanner(ShardingPlanner):
             return (placement.candidate or self.method, placement, None)
 
         own = [*self._planner.candidates(task, options, k), *whole_heuristics(task, predict)]
-        first, layout = [], []
+        first, replicas, layout = [], [], []
         if reference is not None:
             first = [(reference.name, reference.placement, reference.sharding_plan)]
+            replicas = more_replicas(task, reference)
             layout = on_layout(task, reference, lambda t: self._planner.place(t, options), predict)
+        later = interleaved(replicas, interleaved(layout, own))
         plans, seen, taken = [], set(), set()
-        for name, placement, made in [*first, *map(entry, interleaved(layout, own))]:
+        for name, placement, made in [*first, *map(entry, later)]:
             key = plan_key(task, placement)
             if len(plans) < k and key not in seen:
                 seen.add(key)

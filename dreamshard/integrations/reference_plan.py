@@ -34,8 +34,15 @@ from dreamshard.placement.tasks import (
     placement_problem,
     placement_task,
 )
+from dreamshard.tables.shards import Split
 
 TORCHREC = "torchrec"
+# of the reference's whole tables, the smallest (rows x dim) made data-parallel besides its own
+# replicas, one candidate a share (`more_replicas`): on the CPU DMP steps of the held-out tasks
+# 8-15 of cpu-24x2, TorchRec's plan so changed took 0.950 / 0.937 / 0.932 of its step at 20 /
+# 30 / 40% (one launch of 8 rounds a task, a probe before the tune's study; the 48- and
+# 80-table suites likewise), where its own replicas hold its tables of up to ~50,000 values
+REPLICA_SHARES = (0.2, 0.3, 0.4)
 TORCHREC_SHARE = 0.25  # of the time budget, at most, for TorchRec's planner
 MIN_TIMEOUT_S = 1  # TorchRec's timeout_seconds is whole seconds
 # DreamShardPlanner's budget when none is given: the method's default, but at least enough for
@@ -197,6 +204,54 @@ def on_layout(task: PlacementTask, reference: Reference, method, predict) -> lis
         replace(p, candidate=f"{p.candidate or p.method} on {reference.name}'s layout")
         for _, _, p in sorted(found, key=lambda item: item[:2])
     ]
+
+
+def more_replicas(
+    task: PlacementTask, reference: Reference, shares: tuple[float, ...] = REPLICA_SHARES
+) -> list[Placement]:
+    """The reference with more of its tables data-parallel: for each share, that share of its
+    whole tables (at least one), the smallest by rows x dim, replicated on every device, the
+    rest where the reference has them; each named "REFERENCE + N tables data-parallel". A
+    small table's replicas trade its all-to-alls for an all-reduce of its gradients and
+    spread its lookups over every device; which trade pays depends on the hardware, so these
+    are candidates to measure (`tune`), not a rule. Tables the task keeps whole or whose
+    sharders offer no data_parallel stay as they are; only plans legal for the task (memory,
+    the task's constraints), each share's count once."""
+    placement, rules = reference.placement, task.constraints
+    cut = {split.table for split in placement.splits}
+    whole = sorted(
+        (t for t in task.tables if t.name not in cut), key=lambda t: (t.rows * t.dim, t.name)
+    )
+    if rules:  # a table the user keeps whole, or whose sharder offers no data_parallel, stays
+        whole = [
+            t for t in whole if t.name not in rules.no_split and rules.allows(t.name, "replica")
+        ]
+    where = dict(zip((t.name for t in placement_task(task, placement).tables), placement.devices))
+    found, counts = [], set()
+    for share in shares:
+        count = max(1, round(share * len(whole)))
+        if count > len(whole) or count in counts:
+            continue
+        counts.add(count)
+        names = {t.name for t in whole[:count]}
+        splits = (
+            *placement.splits,
+            *(Split(n, "replica", task.num_devices) for n in sorted(names)),
+        )
+        shards = placement_task(task, replace(placement, splits=splits)).tables
+        devices = tuple(
+            shard.shard.start if shard.shard and shard.shard.of in names else where[shard.name]
+            for shard in shards
+        )
+        plan = replace(
+            placement,
+            devices=devices,
+            splits=splits,
+            candidate=f"{reference.name} + {count} tables data-parallel",
+        )
+        if not placement_problem(task, plan) and not sharding_problem(task.constraints, splits):
+            found.append(plan)
+    return found
 
 
 def plan_key(task: PlacementTask, placement: Placement) -> tuple:
