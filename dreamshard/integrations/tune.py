@@ -62,7 +62,7 @@ TUNE_SECONDS = 60.0  # no round starts that would end past this (after the build
 # of the seconds, for screening every candidate; the rest confirms the best against the
 # reference in fresh copies and rounds (the screening's best is biased low: a winner's curse)
 SCREEN_SHARE = 0.5
-CANDIDATES = 4  # the reference and the planner's best three
+CANDIDATES = 4  # the reference and the next three of `candidate_plans`
 WARMUP, STEPS = 3, 10  # untimed, then timed steps of a candidate in a round
 MIN_ROUNDS, ROUNDS = 3, 10  # fewer than 3 could not tell a real difference from a lucky round
 
