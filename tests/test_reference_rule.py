@@ -6,6 +6,7 @@ is the reference, and the planner says which."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,10 +14,12 @@ pytest.importorskip("torchrec")  # `make test` installs it
 
 from benchmarks.parts.user_model import user_model  # noqa: E402
 from dreamshard.integrations.plan_reading import placement_from_sharding  # noqa: E402
-from dreamshard.integrations.reference_plan import plan_key  # noqa: E402
+from dreamshard.integrations.reference_plan import Reference, more_replicas, plan_key  # noqa: E402
+from dreamshard.placement.constraints import Constraints  # noqa: E402
 from dreamshard.placement.heuristics import greedy_place  # noqa: E402
 from dreamshard.placement.reference import Calibration, fit_calibration  # noqa: E402
 from dreamshard.placement.suites import make_suite, parse_suite_name  # noqa: E402
+from dreamshard.placement.tasks import placement_task  # noqa: E402
 
 
 def calibration(margin: float, spread: float = 0.0) -> Calibration:
@@ -141,12 +144,6 @@ def test_the_tunes_candidates_make_more_of_torchrecs_smallest_tables_data_parall
     """After TorchRec's plan come its plan with a fifth, 30% and 40% of its whole tables, the
     smallest by rows x dim, data-parallel too, every other table where TorchRec put it; a table
     the user keeps whole stays whole."""
-    from dataclasses import replace
-
-    from dreamshard.integrations.reference_plan import Reference, more_replicas
-    from dreamshard.placement.constraints import Constraints
-    from dreamshard.placement.tasks import placement_task
-
     torchrec = user.torchrec(4.0)[0]
     replicated = {s.table for s in torchrec.splits}
     where = dict(

@@ -28,6 +28,7 @@ from dreamshard.placement.constraints import (
 from dreamshard.placement.heuristics import HEURISTIC_KEYS, greedy_place
 from dreamshard.placement.reference import weigh
 from dreamshard.placement.registry import place, registrations
+from dreamshard.placement.splitting import pinned_shards
 from dreamshard.placement.tasks import (
     Placement,
     PlacementTask,
@@ -227,22 +228,24 @@ def more_replicas(
         whole = [
             t for t in whole if t.name not in rules.no_split and rules.allows(t.name, "replica")
         ]
+    if not whole:
+        return []
     where = dict(zip((t.name for t in placement_task(task, placement).tables), placement.devices))
     found, counts = [], set()
     for share in shares:
         count = max(1, round(share * len(whole)))
-        if count > len(whole) or count in counts:
+        if count in counts:
             continue
         counts.add(count)
-        names = {t.name for t in whole[:count]}
         splits = (
             *placement.splits,
-            *(Split(n, "replica", task.num_devices) for n in sorted(names)),
+            *(Split(t.name, "replica", task.num_devices) for t in whole[:count]),
         )
-        shards = placement_task(task, replace(placement, splits=splits)).tables
+        shards = placement_task(task, replace(placement, splits=splits))
+        pinned = pinned_shards(shards, splits)  # a new replica r on device r
         devices = tuple(
-            shard.shard.start if shard.shard and shard.shard.of in names else where[shard.name]
-            for shard in shards
+            where[shard.name] if shard.name in where else pinned[i]
+            for i, shard in enumerate(shards.tables)
         )
         plan = replace(
             placement,
