@@ -42,8 +42,9 @@ TORCHREC = "torchrec"
 # replicas, one candidate a share (`more_replicas`). A probe in CPU DMP steps here (2 gloo ranks,
 # one launch of 4-8 interleaved rounds a task) measured TorchRec's plan so changed at 0.968 /
 # 0.965 / 0.952 of its step at 20 / 30 / 40% on test tasks 0-3 of cpu-24x2 and 0.922 / 0.916 /
-# 0.917 on tasks 0-2 of cpu-80x2 (on tasks 8-15, the tune study's, 0.93-0.97 likewise). Its own
-# replicas hold tables of up to ~50,000 values; these add the next smallest, up to ~200,000
+# 0.917 on tasks 0-2 of cpu-80x2 (on tasks 8-15, the tune study's, 0.93-0.97 likewise). On
+# tasks 8-15 of cpu-24x2 its own replicas held tables of mostly up to ~50,000 values; these
+# added the next smallest, up to ~200,000
 REPLICA_SHARES = (0.2, 0.3, 0.4)
 TORCHREC_SHARE = 0.25  # of the time budget, at most, for TorchRec's planner
 MIN_TIMEOUT_S = 1  # TorchRec's timeout_seconds is whole seconds
